@@ -1,0 +1,21 @@
+#pragma once
+// One function per subcommand: each adds itself to the CLI and returns the
+// callback that runs it and yields sgpu's exit code.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace sgpu::app {
+
+// The words after a standalone "--" on the command line, if there was one:
+// CLI11 stops there, and the launch command decides whose "--" it was.
+using DashTail = std::optional<std::vector<std::string>>;
+using Command = std::function<int(const DashTail&)>;
+
+Command add_launch_command(CLI::App& app);
+Command add_devices_command(CLI::App& app);
+
+}  // namespace sgpu::app

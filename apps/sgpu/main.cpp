@@ -1,0 +1,44 @@
+// sgpu: run a distributed training entrypoint on N GPUs. Errors a user can
+// act on are thrown as sgpu::Error and printed here, in one place.
+#include <cstdio>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "sgpu/env/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sgpu: launch distributed training on N GPUs of this node or of remote nodes", "sgpu"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "sgpu 0.1.0");
+  auto launch = sgpu::app::add_launch_command(app);
+  auto devices = sgpu::app::add_devices_command(app);
+  try {
+    sgpu::app::DashTail tail;
+    int head = argc;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--") {
+        head = i;
+        tail.emplace(argv + i + 1, argv + argc);
+        break;
+      }
+    }
+    app.parse(head, argv);
+    if (app.got_subcommand("launch")) return launch(tail);
+    if (app.got_subcommand("devices")) return devices(tail);
+    return 0;
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    fmt::print(stderr, "sgpu: error: {}\nRun 'sgpu --help' or 'sgpu launch --help' for the options.\n", e.what());
+    return sgpu::kExitUsage;
+  } catch (const sgpu::Error& e) {
+    fmt::print(stderr, "sgpu: error: {}\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "sgpu: error: {}\n", e.what());
+    return 1;
+  }
+}

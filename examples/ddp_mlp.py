@@ -1,0 +1,74 @@
+"""A small PyTorch DDP training run: an MLP on synthetic data, gloo on CPU.
+
+Runs unchanged under torchrun or sgpu (it reads only the torchrun variables):
+    sgpu launch --nproc 4 --python /usr/bin/python3 examples/ddp_mlp.py --epochs 3
+The data and the initial weights depend only on the seed, and each step sees
+the same global batch whatever the number of ranks or nodes, so the printed
+loss is the same for 1x4 and 2x2 ranks.
+"""
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def make_data(seed, samples, features):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(samples, features, generator=g)
+    w = torch.randn(features, 1, generator=g)
+    y = torch.tanh(x @ w) + 0.05 * torch.randn(samples, 1, generator=g)
+    return x, y
+
+
+@record
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=64, help="global batch size")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.batch % world:
+        raise SystemExit(f"--batch {args.batch} must be a multiple of the world size {world}")
+
+    torch.manual_seed(args.seed)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = make_data(args.seed, args.samples, 16)
+    per_rank = args.batch // world
+
+    loss_value = 0.0
+    for epoch in range(args.epochs):
+        total = torch.zeros(1)
+        steps = args.samples // args.batch
+        for step in range(steps):
+            lo = step * args.batch + rank * per_rank
+            xb, yb = x[lo:lo + per_rank], y[lo:lo + per_rank]
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            loss.backward()
+            opt.step()
+            total += loss.detach()
+        dist.all_reduce(total)
+        loss_value = total.item() / (steps * world)
+        if rank == 0:
+            print(f"epoch {epoch} loss {loss_value:.6f}", flush=True)
+
+    if rank == 0:
+        print(f"final loss {loss_value:.6f}", flush=True)
+    result_file = os.environ.get("SGPU_RESULT_FILE")
+    if result_file:
+        with open(result_file, "w") as f:
+            json.dump({"rank": rank, "final_loss": round(loss_value, 6)}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

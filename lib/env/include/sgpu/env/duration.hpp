@@ -1,0 +1,20 @@
+#pragma once
+// Durations as users write them: "90m", "2h30m", "1h5m10s", "3600" (seconds),
+// "1.5h", "none" (no limit). Parsing is pure and throws sgpu::Error.
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sgpu::env {
+
+using Seconds = std::chrono::duration<double>;
+
+// Returns nullopt for "none"/"0"-free forms that mean "no limit" ("none", "inf").
+// `what` names the flag or key in error messages, e.g. "--timeout".
+std::optional<Seconds> parse_duration(std::string_view text, std::string_view what);
+
+// "3h", "1h30m", "45s", "1.5s", "250ms".
+std::string format_duration(Seconds d);
+
+}  // namespace sgpu::env

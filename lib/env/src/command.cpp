@@ -1,0 +1,85 @@
+#include "sgpu/env/command.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <utility>
+
+namespace sgpu::env {
+
+std::vector<std::string> build_argv(const Entrypoint& entry, const std::string& python) {
+  std::vector<std::string> argv;
+  switch (entry.kind) {
+    case Entrypoint::Kind::Script:
+      argv = {python, "-u", entry.target};
+      break;
+    case Entrypoint::Kind::Module:
+      argv = {python, "-u", "-m", entry.target};
+      break;
+    case Entrypoint::Kind::Executable:
+      argv = {entry.target};
+      break;
+  }
+  argv.insert(argv.end(), entry.args.begin(), entry.args.end());
+  return argv;
+}
+
+namespace {
+// torchrun options that sgpu does not accept, with what to do instead.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 15> kUnsupported{{
+    {"rdzv-backend", "sgpu runs its own authenticated rendezvous; drop the option"},
+    {"rdzv-conf", "sgpu runs its own authenticated rendezvous; drop the option"},
+    {"rdzv-id", "sgpu makes a run id per launch (SGPU_RUN_ID); drop the option"},
+    {"rdzv-endpoint", "multi-node static launch is not available yet; run on one node"},
+    {"nnodes", "multi-node launch is not available yet; run on one node"},
+    {"node-rank", "multi-node launch is not available yet; run on one node"},
+    {"master-addr", "on one node sgpu uses 127.0.0.1; multi-node launch is not available yet"},
+    {"max-restarts", "restarts are not available yet; drop the option"},
+    {"monitor-interval", "sgpu reacts to exits at once, it does not poll; drop the option"},
+    {"start-method", "sgpu always starts ranks with fork+exec; drop the option"},
+    {"role", "sgpu has one role per job; drop the option"},
+    {"redirects", "sgpu always captures every rank's output into its run directory; drop the option"},
+    {"tee", "sgpu always shows and logs every rank's output; drop the option"},
+    {"local-addr", "not needed on one node; drop the option"},
+    {"run-path", "give the script path directly"},
+}};
+}  // namespace
+
+std::string unsupported_torchrun_option(std::string_view flag) {
+  if (!flag.starts_with("--")) return {};
+  std::string name(flag.substr(2));
+  if (auto eq = name.find('='); eq != std::string::npos) name.resize(eq);
+  std::replace(name.begin(), name.end(), '_', '-');
+  for (const auto& [opt, advice] : kUnsupported) {
+    if (name == opt) return "torchrun's --" + std::string(opt) + " is not supported by sgpu: " + std::string(advice);
+  }
+  return {};
+}
+
+std::string shell_quote(std::string_view arg) {
+  bool plain = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("@%+=:,./-_").find(c) != std::string_view::npos;
+  });
+  if (plain) return std::string(arg);
+  std::string out = "'";
+  for (char c : arg) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  out += "'";
+  return out;
+}
+
+std::string shell_join(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out += ' ';
+    out += shell_quote(a);
+  }
+  return out;
+}
+
+}  // namespace sgpu::env

@@ -1,0 +1,70 @@
+#include "sgpu/env/rank_env.hpp"
+
+#include <string_view>
+
+extern char** environ;  // NOLINT(readability-redundant-declaration)
+
+namespace sgpu::env {
+namespace {
+
+bool is_set(const Environment& inherited, const JobEnvironment& job, const std::string& name) {
+  return inherited.contains(name) || job.extra.contains(name);
+}
+
+}  // namespace
+
+bool omp_threads_defaulted(const Environment& inherited, const JobEnvironment& job) {
+  return !is_set(inherited, job, "OMP_NUM_THREADS");
+}
+
+Environment build_rank_env(const Environment& inherited, const JobEnvironment& job, const RankPlacement& place,
+                           const RankFiles& files) {
+  Environment env = inherited;
+  for (const auto& [k, v] : job.extra) env[k] = v;
+
+  auto set_default = [&](const std::string& name, const std::string& value) {
+    if (!is_set(inherited, job, name)) env[name] = value;
+  };
+  set_default("OMP_NUM_THREADS", "1");
+  set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  set_default("NCCL_ASYNC_ERROR_HANDLING", "1");  // the name torch < 2.2 reads
+  env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  if (job.cuda_visible_devices) env["CUDA_VISIBLE_DEVICES"] = *job.cuda_visible_devices;
+
+  auto s = [](int v) { return std::to_string(v); };
+  env["RANK"] = s(place.rank);
+  env["LOCAL_RANK"] = s(place.local_rank);
+  env["WORLD_SIZE"] = s(place.world_size);
+  env["LOCAL_WORLD_SIZE"] = s(place.local_world_size);
+  env["GROUP_RANK"] = s(place.node_rank);
+  env["NODE_RANK"] = s(place.node_rank);
+  env["GROUP_WORLD_SIZE"] = s(place.nnodes);
+  env["NNODES"] = s(place.nnodes);
+  env["ROLE_RANK"] = s(place.rank);
+  env["ROLE_NAME"] = "default";
+  env["ROLE_WORLD_SIZE"] = s(place.world_size);
+  env["MASTER_ADDR"] = job.master_addr;
+  env["MASTER_PORT"] = s(job.master_port);
+  env["TORCHELASTIC_RUN_ID"] = job.run_id;
+  env["TORCHELASTIC_RESTART_COUNT"] = s(job.restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = s(job.max_restarts);
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  env["TORCHELASTIC_ERROR_FILE"] = files.error_file;
+  env["SGPU_RUN_ID"] = job.run_id;
+  env["SGPU_GPU_TYPE"] = job.gpu_type;
+  env["SGPU_RESULT_FILE"] = files.result_file;
+  return env;
+}
+
+Environment current_environment() {
+  Environment env;
+  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+    std::string_view entry(*p);
+    auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return env;
+}
+
+}  // namespace sgpu::env

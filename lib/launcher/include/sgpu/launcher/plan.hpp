@@ -1,0 +1,59 @@
+#pragma once
+// Turns a JobSpec into the exact ranks to start on this node: who gets which
+// GPU, each rank's full environment, the command and the limits. make_plan is
+// pure; resolve_program does the file-system look-ups it needs.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/gpu.hpp"
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/spec.hpp"
+
+namespace sgpu::launcher {
+
+struct RankPlan {
+  env::RankPlacement place;
+  std::vector<int> gpus;  // GPU indices this rank is meant to use
+  env::RankFiles files;
+  env::Environment env;
+};
+
+struct LaunchPlan {
+  std::string run_id;
+  std::string run_dir;
+  std::string executable;  // absolute path of argv[0]
+  std::vector<std::string> argv;
+  std::string cwd;
+  std::vector<RankPlan> ranks;
+  std::vector<env::Gpu> gpus;  // the job's GPUs, empty for CPU ranks
+  std::string gpu_type;
+  int master_port = 0;
+  std::optional<env::Seconds> timeout;
+  env::Seconds grace{30};
+  bool omp_defaulted = false;
+};
+
+// What make_plan needs from the outside world, gathered by the caller.
+struct PlanInputs {
+  std::vector<env::Gpu> inventory;
+  env::Environment inherited;
+  std::string run_id;
+  std::string run_dir;
+  std::string executable;
+  std::string cwd;
+  int master_port = 0;
+};
+
+// Throws sgpu::Error for contradictory or impossible requests.
+LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& inputs);
+
+// The interpreter or executable a rank runs, as an absolute path. Throws
+// sgpu::Error with exit code 127 (not found) or 126 (not executable).
+std::string resolve_program(const JobSpec& spec, const env::Environment& environment, const std::string& cwd);
+
+// Number of ranks on this node, checking --gpus/--nproc (pure).
+int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory);
+
+}  // namespace sgpu::launcher

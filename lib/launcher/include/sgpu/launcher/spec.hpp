@@ -1,0 +1,28 @@
+#pragma once
+// A job as the user asked for it (flags today, a TOML file later), before
+// anything is resolved against this node.
+#include <optional>
+#include <string>
+
+#include "sgpu/env/command.hpp"
+#include "sgpu/env/rank_env.hpp"
+
+namespace sgpu::launcher {
+
+enum class GpuBind { Node, PerRank };
+
+struct JobSpec {
+  env::Entrypoint entrypoint;
+  std::string python;        // "" means $SGPU_PYTHON, else python3 on PATH
+  std::optional<int> gpus;   // one rank per GPU
+  std::optional<int> nproc;  // CPU ranks per node
+  std::string gpu_type;      // "" means detect
+  GpuBind gpu_bind = GpuBind::Node;
+  std::optional<int> master_port;  // nullopt: a reserved free port
+  std::string timeout = "3h";
+  std::string grace = "30s";
+  std::string log_dir;   // "" means $SGPU_HOME/runs
+  env::Environment env;  // variables for every rank
+};
+
+}  // namespace sgpu::launcher

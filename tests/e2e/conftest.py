@@ -1,0 +1,70 @@
+"""End-to-end tests: they drive the real sgpu binary ($SGPU_BIN) with real
+processes, and Debian's python3-torch (/usr/bin/python3) as the DDP client."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PROGRAMS = pathlib.Path(__file__).resolve().parent / "programs"
+TORCH_PYTHON = os.environ.get("SGPU_TEST_PYTHON", "/usr/bin/python3")
+SANITIZED = os.environ.get("SGPU_SANITIZED") == "1"
+
+
+def sgpu_bin():
+    path = os.environ.get("SGPU_BIN", str(ROOT / "build" / "apps" / "sgpu" / "sgpu"))
+    if not os.access(path, os.X_OK):
+        pytest.exit(f"sgpu binary not found at {path}: build it (scripts/build) or set SGPU_BIN", 2)
+    return path
+
+
+@pytest.fixture
+def sgpu_env(tmp_path):
+    env = dict(os.environ)
+    env["SGPU_HOME"] = str(tmp_path / "sgpu-home")
+    env["SGPU_PYTHON"] = TORCH_PYTHON
+    env.pop("SGPU_FAKE_GPUS", None)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop("OMP_NUM_THREADS", None)
+    env.pop("TORCHELASTIC_ERROR_FILE", None)
+    return env
+
+
+class Sgpu:
+    def __init__(self, env, cwd):
+        self.bin = sgpu_bin()
+        self.env = env
+        self.cwd = cwd
+
+    def run(self, *args, timeout=120, env=None, input=None):
+        return subprocess.run([self.bin, *map(str, args)], env=env or self.env, cwd=self.cwd,
+                              capture_output=True, text=True, timeout=timeout, input=input)
+
+    def popen(self, *args, env=None, **kw):
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.PIPE)
+        return subprocess.Popen([self.bin, *map(str, args)], env=env or self.env, cwd=self.cwd, text=True, **kw)
+
+
+@pytest.fixture
+def sgpu(sgpu_env, tmp_path):
+    return Sgpu(sgpu_env, tmp_path)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def python_program(name):
+    return str(PROGRAMS / name)

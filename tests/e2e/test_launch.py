@@ -1,0 +1,359 @@
+"""sgpu launch on one node: environment, exit codes, teardown, signals."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, TORCH_PYTHON, pid_alive, python_program
+
+TORCHRUN_VARS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+                 "GROUP_WORLD_SIZE", "NNODES", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                 "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS",
+                 "CUDA_DEVICE_ORDER", "SGPU_RUN_ID", "SGPU_GPU_TYPE", "SGPU_RESULT_FILE"]
+
+
+def read_envs(out_dir, n):
+    return [json.loads((out_dir / f"env-{r}.json").read_text()) for r in range(n)]
+
+
+def test_every_rank_gets_the_torchrun_environment(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out), MY_VAR="kept")
+    res = sgpu.run("launch", "--nproc", 4, python_program("dump_env.py"), env=env)
+    assert res.returncode == 0, res.stderr
+    envs = read_envs(out, 4)
+    port = envs[0]["MASTER_PORT"]
+    run_id = envs[0]["SGPU_RUN_ID"]
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", run_id)
+    for r, e in enumerate(envs):
+        for var in TORCHRUN_VARS:
+            assert var in e, f"rank {r} lacks {var}"
+        assert e["RANK"] == str(r) and e["LOCAL_RANK"] == str(r) and e["ROLE_RANK"] == str(r)
+        assert e["WORLD_SIZE"] == "4" and e["LOCAL_WORLD_SIZE"] == "4" and e["ROLE_WORLD_SIZE"] == "4"
+        assert e["GROUP_RANK"] == e["NODE_RANK"] == "0"
+        assert e["GROUP_WORLD_SIZE"] == e["NNODES"] == "1"
+        assert e["ROLE_NAME"] == "default"
+        assert e["MASTER_ADDR"] == "127.0.0.1" and e["MASTER_PORT"] == port and 0 < int(port) < 65536
+        assert e["TORCHELASTIC_RUN_ID"] == e["SGPU_RUN_ID"] == run_id
+        assert e["TORCHELASTIC_RESTART_COUNT"] == "0" and e["TORCHELASTIC_MAX_RESTARTS"] == "0"
+        assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1" and e["OMP_NUM_THREADS"] == "1"
+        assert e["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert e["SGPU_GPU_TYPE"] == ""
+        run_dir = sgpu.env["SGPU_HOME"] + f"/runs/{run_id}/ranks/{r}"
+        assert e["TORCHELASTIC_ERROR_FILE"] == f"{run_dir}/error.json"
+        assert e["SGPU_RESULT_FILE"] == f"{run_dir}/result"
+        assert os.path.isdir(run_dir)
+        assert e["MY_VAR"] == "kept"  # the caller's environment is inherited
+        assert "CUDA_VISIBLE_DEVICES" not in e
+    # OMP_NUM_THREADS is said once, not per rank.
+    assert res.stderr.count("OMP_NUM_THREADS=1") == 1
+
+
+def test_user_settings_win_over_tuning_defaults(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out), OMP_NUM_THREADS="7", TORCH_NCCL_ASYNC_ERROR_HANDLING="0")
+    res = sgpu.run("launch", "--nproc", 2, python_program("dump_env.py"), env=env)
+    assert res.returncode == 0, res.stderr
+    for e in read_envs(out, 2):
+        assert e["OMP_NUM_THREADS"] == "7" and e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
+    assert "OMP_NUM_THREADS=1" not in res.stderr
+
+
+def final_loss(text):
+    m = re.findall(r"final loss (\d+\.\d+)", text)
+    assert m, text
+    return m[-1]
+
+
+def test_ddp_example_matches_the_same_script_started_by_hand(sgpu, tmp_path):
+    script = str(ROOT / "examples" / "ddp_mlp.py")
+    res = sgpu.run("launch", "--nproc", 4, script, "--epochs", 2, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"^\[0\] final loss ", res.stdout, re.M)
+    via_sgpu = final_loss(res.stdout)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(4):
+        env = dict(sgpu.env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([TORCH_PYTHON, "-u", script, "--epochs", "2"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert final_loss(outs[0][0]) == via_sgpu
+
+
+@pytest.mark.parametrize("command,code", [
+    ("exit 0", 0),
+    ("exit 1", 1),
+    ("exit 3", 3),
+    ("exit 255", 255),
+    ("kill -SEGV $$", 128 + signal.SIGSEGV),
+    ("kill -KILL $$", 128 + signal.SIGKILL),
+])
+def test_exit_code_is_the_failing_ranks_own(sgpu, command, code):
+    # Only rank 1 fails; the others succeed at once.
+    script = f'if [ "$RANK" = 1 ]; then {command}; fi; exit 0'
+    res = sgpu.run("launch", "--nproc", 3, "--no-python", "sh", "-c", script)
+    assert res.returncode == code, res.stderr
+    if code:
+        assert "rank 1 failed first" in res.stderr
+
+
+def test_entrypoint_not_found_is_127_with_a_sentence(sgpu):
+    res = sgpu.run("launch", "--nproc", 2, "missing_script.py")
+    assert res.returncode == 127
+    assert "sgpu: error: script 'missing_script.py': no such file" in res.stderr
+    res = sgpu.run("launch", "--nproc", 2, "--no-python", "no-such-program-xyz")
+    assert res.returncode == 127
+    assert "executable 'no-such-program-xyz' not found on PATH" in res.stderr
+    res = sgpu.run("launch", "--nproc", 1, "--python", "/nonexistent/python", "x.py")
+    assert res.returncode == 127
+    assert "Python interpreter '/nonexistent/python': no such file" in res.stderr
+
+
+def test_entrypoint_not_executable_is_126(sgpu, tmp_path):
+    prog = tmp_path / "prog.sh"
+    prog.write_text("#!/bin/sh\nexit 0\n")
+    prog.chmod(0o644)
+    res = sgpu.run("launch", "--nproc", 2, "--no-python", str(prog))
+    assert res.returncode == 126
+    assert "is not an executable file" in res.stderr
+
+
+def test_timeout_tears_down_and_exits_124(sgpu):
+    t0 = time.monotonic()
+    res = sgpu.run("launch", "--nproc", 2, "--timeout", "1s", "--no-python", "sleep", "30")
+    assert res.returncode == 124, res.stderr
+    assert time.monotonic() - t0 < 10
+    assert "timed out after 1s" in res.stderr
+
+
+def write_pid_and(cmd):
+    return f'echo $$ > "$OUT_DIR/pid-$RANK"; {cmd}'
+
+
+def read_pids(out, n):
+    pids = []
+    for r in range(n):
+        for _ in range(100):
+            p = out / f"pid-{r}"
+            if p.exists() and p.read_text().strip():
+                pids.append(int(p.read_text()))
+                break
+            time.sleep(0.05)
+    return pids
+
+
+def test_first_failure_tears_down_the_others_at_once(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    script = write_pid_and('if [ "$RANK" = 2 ]; then sleep 0.5; exit 7; fi; exec sleep 60')
+    t0 = time.monotonic()
+    res = sgpu.run("launch", "--nproc", 4, "--no-python", "sh", "-c", script, env=env)
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 7, res.stderr
+    assert elapsed < 0.5 + 1.0, f"teardown took {elapsed:.2f}s"
+    for pid in read_pids(out, 4):
+        assert not pid_alive(pid)
+    assert "rank 2 failed first: exit 7; 3 other ranks stopped by sgpu" in res.stderr
+
+
+def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    script = write_pid_and('if [ "$RANK" = 0 ]; then sleep 0.3; exit 5; fi; trap "" TERM; sleep 60 & wait; sleep 60')
+    t0 = time.monotonic()
+    res = sgpu.run("launch", "--nproc", 2, "--grace", "1s", "--no-python", "sh", "-c", script, env=env)
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 5, res.stderr
+    assert 1.0 <= elapsed < 4.0
+    for pid in read_pids(out, 2):
+        assert not pid_alive(pid)
+
+
+def wait_for_files(out, pattern, n, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list(out.glob(pattern))) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"only {len(list(out.glob(pattern)))} of {n} {pattern}")
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_signals_to_sgpu_reach_every_rank(sgpu, tmp_path, sig, code):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out), MODE="exit")
+    p = sgpu.popen("launch", "--nproc", 3, "--python", TORCH_PYTHON, python_program("signals.py"), env=env)
+    wait_for_files(out, "ready-*", 3)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == code, err
+    for r in range(3):
+        assert (out / f"sig-{r}.txt").read_text().split() == [signal.Signals(sig).name]
+    assert f"interrupted by {signal.Signals(sig).name}" in err
+
+
+def test_second_ctrl_c_kills_at_once(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out), MODE="ignore")
+    p = sgpu.popen("launch", "--nproc", 2, "--grace", "60s", "--python", TORCH_PYTHON,
+                   python_program("signals.py"), env=env)
+    wait_for_files(out, "ready-*", 2)
+    p.send_signal(signal.SIGINT)
+    wait_for_files(out, "sig-*", 2)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=30)
+    assert time.monotonic() - t0 < 2
+    assert p.returncode == 130
+    for r in range(2):
+        assert not pid_alive(int((out / f"pid-{r}.txt").read_text()))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2])
+def test_sigusr_is_forwarded_as_it_is(sgpu, tmp_path, sig):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out), MODE="exit")
+    p = sgpu.popen("launch", "--nproc", 2, "--python", TORCH_PYTHON, python_program("signals.py"), env=env)
+    wait_for_files(out, "ready-*", 2)
+    p.send_signal(sig)
+    wait_for_files(out, "sig-*", 2)
+    for r in range(2):
+        assert (out / f"sig-{r}.txt").read_text().split() == [signal.Signals(sig).name]
+    assert p.poll() is None  # the job goes on
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+
+
+def test_kill_9_of_sgpu_leaves_no_rank_running(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    p = sgpu.popen("launch", "--nproc", 4, "--no-python", "sh", "-c", write_pid_and("exec sleep 60"), env=env)
+    pids = read_pids(out, 4)
+    assert len(pids) == 4
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and any(pid_alive(x) for x in pids):
+        time.sleep(0.02)
+    assert not any(pid_alive(x) for x in pids)
+
+
+def test_twenty_concurrent_jobs_get_distinct_working_master_ports(sgpu, tmp_path):
+    jobs = []
+    for j in range(20):
+        out = tmp_path / f"job{j}"
+        out.mkdir()
+        env = dict(sgpu.env, OUT_DIR=str(out))
+        jobs.append((out, sgpu.popen("launch", "--nproc", 2, python_program("store_job.py"), env=env)))
+    ports = []
+    for out, p in jobs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        lines = [(out / f"{r}.txt").read_text().split() for r in range(2)]
+        assert lines[0] == lines[1]
+        assert lines[0][1] == "3"  # the all_reduce really ran: 1 + 2
+        ports.append(lines[0][0])
+    assert len(set(ports)) == 20
+
+
+def test_torchrun_spellings_are_accepted(sgpu):
+    res = sgpu.run("launch", "--standalone", "--nnodes=1", "--nproc_per_node=2", "--max_restarts=0",
+                   "--no_python", "sh", "-c", "echo rank $RANK")
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["[0] rank 0", "[1] rank 1"]
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--rdzv-backend=c10d", "torchrun's --rdzv-backend is not supported by sgpu"),
+    ("--tee=3", "torchrun's --tee is not supported by sgpu"),
+    ("--max-restarts=3", "--max-restarts 3: restarts are not available yet"),
+    ("--nnodes=2", "--nnodes 2: multi-node launch is not available yet"),
+    ("--bogus", "unknown option '--bogus'"),
+])
+def test_unsupported_options_are_clear_errors(sgpu, flag, message):
+    res = sgpu.run("launch", "--nproc", 1, flag, "train.py")
+    assert res.returncode == 2
+    assert message in res.stderr
+
+
+def test_arguments_after_the_entrypoint_reach_the_job_untouched(sgpu):
+    hostile = ["--nproc", "9", "-m", "--", "a b", "$(touch x)", "'q'", ""]
+    res = sgpu.run("launch", "--nproc", 1, "--no-python", TORCH_PYTHON, "-c",
+                   "import sys, json; print(json.dumps(sys.argv[1:]))", *hostile)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.removeprefix("[0] ")) == hostile
+    res = sgpu.run("launch", "--nproc", 1, "--no-python", "--", "echo", "--gpus", "3")
+    assert res.stdout == "[0] --gpus 3\n"
+
+
+def test_module_entrypoint(sgpu, tmp_path):
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "hello.py").write_text("import os, sys\nprint('module', os.environ['RANK'], sys.argv[1:])\n")
+    res = sgpu.run("launch", "--nproc", 2, "-m", "mypkg.hello", "x")
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["[0] module 0 ['x']", "[1] module 1 ['x']"]
+
+
+def test_bad_flag_values_are_clear_errors(sgpu):
+    cases = [
+        (["--nproc", 2, "--gpus", 2], "--gpus and --nproc exclude each other"),
+        (["--nproc", 0], "--nproc 0: must be between 1 and 4096"),
+        (["--nproc", "two"], "--nproc two: expected a number of ranks, or gpu, auto, cpu"),
+        (["--nproc", 1, "--timeout", "5x"], "--timeout: invalid duration '5x'"),
+        (["--nproc", 1, "--gpu-type", "H100"], "--gpu-type H100 needs --gpus N"),
+        (["--gpus", 1], "--gpus 1: this node has no visible GPUs"),
+    ]
+    for args, message in cases:
+        res = sgpu.run("launch", *args, "--no-python", "true")
+        assert res.returncode == 2, (args, res.stderr)
+        assert message in res.stderr, (args, res.stderr)
+
+
+def test_a_taken_master_port_is_a_clear_error(sgpu):
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        res = sgpu.run("launch", "--nproc", 1, "--master-port", s.getsockname()[1], "--no-python", "true")
+    assert res.returncode == 2
+    assert "the port is in use on this node" in res.stderr
+
+
+def test_fake_gpus_drive_selection_and_visibility(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out), SGPU_FAKE_GPUS="8xH100")
+    res = sgpu.run("launch", "--gpus", 4, "--gpu-type", "h100", python_program("dump_env.py"), env=env)
+    assert res.returncode == 0, res.stderr
+    for r, e in enumerate(read_envs(out, 4)):
+        assert e["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and e["LOCAL_RANK"] == str(r)
+        assert e["SGPU_GPU_TYPE"] == "H100"
+    # An incoming CUDA_VISIBLE_DEVICES is the pool; per-rank binding gives each rank its own GPU.
+    env["CUDA_VISIBLE_DEVICES"] = "6,2,5"
+    res = sgpu.run("launch", "--gpus", 3, "--gpu-bind", "per-rank", python_program("dump_env.py"), env=env)
+    assert res.returncode == 0, res.stderr
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in read_envs(out, 3)] == ["6", "2", "5"]
+    res = sgpu.run("launch", "--gpus", 4, python_program("dump_env.py"), env=env)
+    assert res.returncode == 2 and "only 3 visible H100 GPUs" in res.stderr
+    res = sgpu.run("launch", "--gpus", 2, "--gpu-type", "A100", python_program("dump_env.py"), env=env)
+    assert res.returncode == 2 and "this node has 3x H100" in res.stderr

@@ -1,0 +1,50 @@
+#include <doctest/doctest.h>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/error.hpp"
+
+using sgpu::env::format_duration;
+using sgpu::env::parse_duration;
+using sgpu::env::Seconds;
+
+TEST_CASE("env::parse_duration") {
+  struct Row {
+    const char* text;
+    double seconds;
+  };
+  const Row rows[] = {
+      {"3600", 3600}, {"90s", 90},     {"90m", 5400}, {"2h30m", 9000}, {"1h5m10s", 3910},
+      {"1.5h", 5400}, {"250ms", 0.25}, {"1d", 86400}, {"3h", 10800},   {"10min", 600},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.text);
+    auto d = parse_duration(row.text, "--timeout");
+    REQUIRE(d.has_value());
+    CHECK(d->count() == doctest::Approx(row.seconds));
+  }
+  SUBCASE("none means no limit") { CHECK_FALSE(parse_duration("none", "--timeout").has_value()); }
+  SUBCASE("bad input names the flag, the text and the valid forms") {
+    const char* bad[] = {"", "abc", "10x", "-5", "0", "5m3", "h", "1..5s"};
+    for (const char* text : bad) {
+      CAPTURE(text);
+      try {
+        parse_duration(text, "--timeout");
+        FAIL("accepted");
+      } catch (const sgpu::Error& e) {
+        std::string msg = e.what();
+        CHECK(msg.find("--timeout") != std::string::npos);
+        CHECK(msg.find("valid forms") != std::string::npos);
+        CHECK(e.exit_code() == 2);
+      }
+    }
+  }
+}
+
+TEST_CASE("env::format_duration") {
+  CHECK(format_duration(Seconds(10800)) == "3h");
+  CHECK(format_duration(Seconds(5400)) == "1h30m");
+  CHECK(format_duration(Seconds(61)) == "1m1s");
+  CHECK(format_duration(Seconds(2.5)) == "2.5s");
+  CHECK(format_duration(Seconds(0.25)) == "250ms");
+  CHECK(format_duration(Seconds(7)) == "7s");
+}
