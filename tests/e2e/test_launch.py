@@ -357,3 +357,22 @@ def test_fake_gpus_drive_selection_and_visibility(sgpu, tmp_path):
     assert res.returncode == 2 and "only 3 visible H100 GPUs" in res.stderr
     res = sgpu.run("launch", "--gpus", 2, "--gpu-type", "A100", python_program("dump_env.py"), env=env)
     assert res.returncode == 2 and "this node has 3x H100" in res.stderr
+
+
+def test_kill_9_of_sgpu_also_kills_what_ranks_started(sgpu, tmp_path):
+    # PR_SET_PDEATHSIG reaches only the rank's own process; its children
+    # (here a background sleep, like a data loader worker) must die too.
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    script = 'sleep 60 & echo $! > "$OUT_DIR/child-$RANK"; echo $$ > "$OUT_DIR/pid-$RANK"; wait'
+    p = sgpu.popen("launch", "--nproc", 2, "--no-python", "sh", "-c", script, env=env)
+    pids = read_pids(out, 2)
+    children = [int((out / f"child-{r}").read_text()) for r in range(2)]
+    assert all(pid_alive(x) for x in children)
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and any(pid_alive(x) for x in pids + children):
+        time.sleep(0.02)
+    assert not any(pid_alive(x) for x in pids + children)

@@ -1,5 +1,7 @@
 #include "sgpu/launcher/supervisor.hpp"
 
+#include "sgpu/launcher/orphan_guard.hpp"
+
 #include <array>
 #include <csignal>
 #include <system_error>
@@ -32,6 +34,7 @@ struct Supervisor::State {
     std::array<bool, 2> open{false, false};
   };
 
+  OrphanGuard guard;  // first: forked before any pipe or handler exists
   asio::io_context& io;
   JobObserver& observer;
   SupervisorOptions options;
@@ -131,6 +134,7 @@ struct Supervisor::State {
     --running;
     // Whatever the rank left in its group dies with it: no orphans.
     r.process->signal_group(SIGKILL);
+    guard.forget(r.record.pid);
     bool failed = !r.record.status->success();
     if (failed && tearing_down) r.record.terminated_by_sgpu = true;
     observer.on_rank_exited(r.record.rank, *r.record.status, r.record.terminated_by_sgpu);
@@ -189,6 +193,7 @@ JobOutcome Supervisor::run(const std::vector<RankLaunch>& launches) {
       break;
     }
     rank->record.pid = rank->process->pid();
+    s.guard.watch(rank->record.pid);
     rank->record.started = Clock::now();
     rank->open = {true, true};
     s.open_pipes += 2;
