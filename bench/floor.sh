@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The floor: N ranks started by hand with `&` and reaped with `wait -n`, no
+# launcher. The first rank to fail gets the others SIGTERMed and its exit code
+# becomes the script's, like a launcher. Ranks get the torchrun variables a
+# DDP job reads (MASTER_PORT comes from the caller).
+#   floor.sh [--pipe] N program [args...]
+# --pipe: each rank's stdout goes through its own pipe into `cat`, which
+# writes to the script's stdout: the "plain pipes" a launcher is compared with.
+set -u
+pipe=0
+if [ "$1" = --pipe ]; then pipe=1; shift; fi
+n=$1; shift
+export WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} MASTER_PORT=${MASTER_PORT:-29500}
+pids=()
+for ((r = 0; r < n; r++)); do
+  if [ $pipe = 1 ]; then
+    (set -o pipefail; RANK=$r LOCAL_RANK=$r "$@" | cat) &
+  else
+    RANK=$r LOCAL_RANK=$r "$@" &
+  fi
+  pids+=($!)
+done
+for ((i = 0; i < n; i++)); do
+  wait -n
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    kill -TERM "${pids[@]}" 2>/dev/null
+    wait
+    exit $rc
+  fi
+done

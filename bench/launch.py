@@ -1,0 +1,95 @@
+"""1. Launch: 8 ranks of /bin/true, start to finish, timed by hyperfine."""
+import json
+import re
+import os
+import shlex
+import subprocess
+
+from harness import Peer, median, run_once, tail, describe_exit
+from peers import alternate, launchers, missing_tools, rows_for
+from report import Section, fmt_ratio, shell, timing_table
+
+N = 8
+
+
+def runs_per_round(peer, quick):
+    """hyperfine runs per peer per round: more for the fast ones, one for torchrun (seconds each)."""
+    if quick:
+        return 3 if peer.role != "peer" else 1
+    return {"sgpu": 10, "floor": 10}.get(peer.role, 1 if peer.name == "torchrun" else 3)
+
+
+def verify(ctx, row):
+    """One untimed run with ranks that leave a file each: the launcher really started 8 ranks."""
+    marks = ctx.scratch("launch-marks")
+    program = [x for x in row.peer.argv if x != "/bin/true"] + ["bench/ranks.sh", "mark", marks]
+    run = run_once(program, ctx.env, ctx.root, os.path.join(ctx.work, "launch.out"),
+                   os.path.join(ctx.work, "launch.err"), timeout=300)
+    started = sorted(os.listdir(marks))
+    if run.returncode != 0 or run.timed_out:
+        row.fail(f"verification run: {describe_exit(run.returncode)}: {tail(run.stderr)}")
+    elif started != sorted(str(r) for r in range(N)):
+        row.fail(f"verification run: ranks {started} ran, expected 0-{N - 1}")
+
+
+def hyperfine_block(ctx, row, round_index):
+    runs = runs_per_round(row.peer, ctx.quick)
+    out = os.path.join(ctx.work, f"hyperfine-{round_index}.json")
+    argv = ["hyperfine", "-N", "--style", "basic", "--runs", str(runs), "--export-json", out]
+    if runs > 1:
+        argv += ["--warmup", "1"]
+    argv.append(shlex.join(row.peer.argv))
+    p = subprocess.run(argv, cwd=ctx.root, env=ctx.env, capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        message = (p.stderr.strip().splitlines() or ["no message"])[-1]
+        code = re.search(r"non-zero exit code: (-?\d+)", message)
+        row.fail(f"exit {code.group(1)} (hyperfine)" if code else f"hyperfine: {message}")
+        return
+    result = json.load(open(out))["results"][0]
+    codes = [c for c in result.get("exit_codes", []) if c != 0]
+    if codes:
+        row.fail(f"exit codes {codes}")
+        return
+    row.values += result["times"]
+
+
+def run(ctx):
+    peers = launchers(ctx, N, ["/bin/true"])
+    if ctx.quick:
+        # Self-check of the refusal rule: a peer that fails must get no ratio.
+        peers.insert(1, Peer("broken peer (self-check)", ["bash", "-c", "exit 1"]))
+    rows = rows_for(peers)
+    s = Section("launch", "1. Launch: 8 ranks of /bin/true")
+    s.intro = ("Time from starting the launcher until it has exited, with 8 ranks that exit at once: the cost of "
+               "the launcher itself. hyperfine times each command (`-N`, no shell); each round runs every launcher "
+               "(sgpu and the floor 10 times, mpirun 3, torchrun once, after a warm-up run for those with more than "
+               "one), the order rotated each round. Before timing, one run of each launcher with ranks that leave a "
+               "file each checks that all 8 ranks really ran; hyperfine fails a launcher on any non-zero exit.")
+    missing = missing_tools(peers)
+    for row in rows:
+        if row.peer in missing:
+            row.fail(f"{row.peer.argv[0]} is not installed")
+        elif "self-check" not in row.peer.name:
+            verify(ctx, row)
+    ctx.log("launch: verification runs done")
+    alternate(ctx, "launch", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i))
+    s.table = timing_table(rows)
+    s.commands = [shell(["hyperfine", "-N", "--runs", str(runs_per_round(r.peer, ctx.quick)),
+                         shlex.join(r.peer.argv)]) for r in rows]
+    by_name = {r.peer.name: r for r in rows}
+    base = by_name["sgpu"]
+    if not base.ok:
+        s.sgpu_failure = base.failure
+    for name in ("torchrun", "mpirun"):
+        r = by_name.get(name)
+        if r and r.ok and base.ok:
+            s.headline.append((f"{name} ÷ sgpu, start-to-exit time",
+                               fmt_ratio(median(r.values) / median(base.values))))
+    fl = next(r for r in rows if r.peer.role == "floor")
+    if fl.ok and base.ok:
+        s.headline.append(("sgpu ÷ floor (bash & wait)", fmt_ratio(median(base.values) / median(fl.values))))
+    if ctx.quick:
+        cells = next(t for t in s.table if t[0] == "broken peer (self-check)")
+        if not all(c.startswith("no ratio") for c in cells[4:6]):
+            s.sgpu_failure = "self-check: a failing peer was given a ratio"
+    return s

@@ -1,0 +1,96 @@
+"""4. Output: 8 ranks write 1 GiB of lines in total; the launcher's stdout goes to a file."""
+import glob
+import os
+import shutil
+import subprocess
+
+from harness import median, run_once, tail, describe_exit
+from peers import TORCH_PYTHON, alternate, launchers, missing_tools, rows_for
+from report import Section, fmt_ratio, shell, timing_table
+from writer import line_for
+
+N = 8
+LINE = 128  # bytes per line, newline included: a typical training log line
+
+
+def count_lines(path, ranks):
+    """(lines, whole lines of each rank) in path, whatever prefix the launcher added.
+
+    A line torn by another rank's bytes matches no rank's whole line. grep and
+    wc do the reading: 1 GiB per run in Python would cost more than the runs.
+    """
+    env = dict(os.environ, LC_ALL="C")
+    lines = int(subprocess.run(["wc", "-l", path], capture_output=True, text=True, env=env).stdout.split()[0])
+    intact = []
+    for r in range(ranks):
+        whole = line_for(r, LINE).decode().rstrip("\n")
+        p = subprocess.run(["grep", "-c", "-F", "-e", whole, path], capture_output=True, text=True, env=env)
+        intact.append(int(p.stdout.strip() or 0))
+    return lines, intact
+
+
+def cleanup(ctx):
+    for path in glob.glob(os.path.join(ctx.env["SGPU_HOME"], "runs", "*")) + [os.path.join(ctx.work, "torchrun-logs")]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def one_run(ctx, row, lines_per_rank):
+    sink, err = os.path.join(ctx.work, "output.sink"), os.path.join(ctx.work, "output.err")
+    cleanup(ctx)
+    run = run_once(row.peer.argv, ctx.env, ctx.root, sink, err, timeout=1200)
+    try:
+        if run.returncode != 0 or run.timed_out:
+            row.fail(f"{describe_exit(run.returncode)}{' (timed out)' if run.timed_out else ''}: {tail(err)}")
+            return
+        newlines, intact = count_lines(sink, N)
+        expected = lines_per_rank * N
+        if newlines != expected:
+            row.fail(f"{newlines} lines on stdout, expected {expected}")
+            return
+        row.values.append(run.wall)
+        row.extra.setdefault("torn", []).append(expected - sum(intact))
+    finally:
+        os.remove(sink)
+        cleanup(ctx)
+
+
+def run(ctx):
+    total = ctx.output_mib << 20
+    lines_per_rank = total // N // LINE
+    size = f"{total >> 20} MiB" if total % (1 << 30) else f"{total >> 30} GiB"
+    s = Section("output", f"4. Output: 8 ranks write {size} in total")
+    s.intro = (f"Each rank writes {lines_per_rank} lines of {LINE} bytes to stdout as fast as it can "
+               "(`bench/writer.py`, 256 KiB writes); the launcher's stdout is a file. torchrun runs with `--tee 3`, "
+               "so it writes every rank's output to log files and copies them to the console; mpirun forwards the "
+               "ranks' pipes; the floor gives each rank a pipe into its own `cat`, all writing the same file. "
+               "A run counts only if it exits 0 and the file holds exactly the lines written; 'torn lines' counts "
+               "lines that another rank's bytes split (the prefixes launchers add are allowed).")
+    program = [TORCH_PYTHON, "-S", "bench/writer.py", str(total // N), str(LINE)]
+    log_dir = os.path.join(ctx.work, "torchrun-logs")
+    rows = rows_for(launchers(ctx, N, program, torchrun_flags=["--tee", "3", "--log_dir", log_dir],
+                              floor_name="plain pipes (each rank into cat)", pipe=True))
+    for row in rows:
+        if row.peer in missing_tools([r.peer for r in rows]):
+            row.fail(f"{row.peer.argv[0]} is not installed")
+    alternate(ctx, "output", rows, ctx.rounds_for(2), lambda row, i: one_run(ctx, row, lines_per_rank))
+    extra = [
+        ("throughput", lambda r: f"{total / median(r.values) / 1e9:.2f} GB/s" if r.ok else "-"),
+        ("torn lines", lambda r: str(max(r.extra["torn"])) if r.extra.get("torn") else "-"),
+    ]
+    s.table = timing_table(rows, extra_cols=extra)
+    s.commands = [shell(r.peer.argv).replace(ctx.work, "$WORK") + " > $WORK/output.sink" for r in rows]
+    s.notes.append("sgpu as on main when this ran: console only, no per-rank log files yet (issue 3 adds them; "
+                   "rerun `scripts/bench --only output` once it lands: sgpu will then do torchrun --tee's work).")
+    base = rows[0]
+    if not base.ok:
+        s.sgpu_failure = base.failure
+    elif max(base.extra["torn"]):
+        s.sgpu_failure = f"sgpu tore {max(base.extra['torn'])} lines"
+    for r in rows[1:]:
+        if r.ok and base.ok:
+            what = f"{r.peer.name} ÷ sgpu, {size} of output" if r.peer.role == "peer" else \
+                f"sgpu ÷ {r.peer.name}, {size} of output"
+            value = median(r.values) / median(base.values) if r.peer.role == "peer" else \
+                median(base.values) / median(r.values)
+            s.headline.append((what, fmt_ratio(value)))
+    return s
