@@ -85,6 +85,10 @@ def run(ctx):
         s.sgpu_failure = f"sgpu returned {sorted(base.extra['codes'])}, expected 3 (rank 0's code)"
     elif base.extra["left"]:
         s.sgpu_failure = f"sgpu left {base.extra['left']} ranks running"
+    fl = rows[-1]
+    if fl.ok and base.ok:
+        s.headline.append(("sgpu ÷ floor, rank 0's failure to launcher exit", fmt_ratio(median(base.values) /
+                                                                                     median(fl.values))))
     for r in rows[1:]:
         if r.peer.role == "peer" and r.ok and base.ok:
             s.headline.append((f"{r.peer.name} ÷ sgpu, rank 0's failure to launcher exit "

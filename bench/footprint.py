@@ -106,6 +106,9 @@ def run(ctx):
     base = rows[0]
     if not base.ok:
         s.sgpu_failure = base.failure
+    fl = rows[-1]
+    if fl.ok and base.ok:
+        s.headline.append(("sgpu ÷ floor (bash), launcher peak RSS", fmt_ratio(median(base.values) / median(fl.values))))
     for r in rows[1:]:
         if r.peer.role == "peer" and r.ok and base.ok:
             s.headline.append((f"{r.peer.name} ÷ sgpu, launcher peak RSS",

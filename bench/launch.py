@@ -32,6 +32,23 @@ def verify(ctx, row):
         row.fail(f"verification run: ranks {started} ran, expected 0-{N - 1}")
 
 
+def shipped_torchrun_note(ctx):
+    """Runs Debian's /usr/bin/torchrun as shipped once, so the note about the wrapper stays true."""
+    argv = ["/usr/bin/torchrun", "--standalone", "--nproc_per_node", "2", "--no_python", "/bin/true"]
+    if not os.path.exists(argv[0]):
+        return "/usr/bin/torchrun is not installed."
+    run = run_once(argv, ctx.env, ctx.root, os.path.join(ctx.work, "shipped.out"),
+                   os.path.join(ctx.work, "shipped.err"), timeout=300)
+    with open(run.stderr, errors="replace") as f:
+        broken = "AttributeError: 'NoneType' object has no attribute 'get'" in f.read()
+    if broken:
+        return (f"Checked in this run: `{shell(argv)}` (Debian's torchrun as shipped) "
+                f"ended with {describe_exit(run.returncode)} and `AttributeError: 'NoneType' object has no attribute "
+                "'get'`, so torchrun runs through bench/torchrun_py311.py.")
+    return (f"Checked in this run: `{shell(argv)}` (Debian's torchrun as shipped) ended with "
+            f"{describe_exit(run.returncode)} and without the AttributeError: the wrapper may no longer be needed.")
+
+
 def hyperfine_block(ctx, row, round_index):
     runs = runs_per_round(row.peer, ctx.quick)
     out = os.path.join(ctx.work, f"hyperfine-{round_index}.json")
@@ -71,6 +88,8 @@ def run(ctx):
             row.fail(f"{row.peer.argv[0]} is not installed")
         elif "self-check" not in row.peer.name:
             verify(ctx, row)
+    if not ctx.quick:
+        s.notes.append(shipped_torchrun_note(ctx))
     ctx.log("launch: verification runs done")
     alternate(ctx, "launch", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i))
     s.table = timing_table(rows)

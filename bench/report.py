@@ -102,6 +102,7 @@ class Section:
     skipped: str = ""
     sgpu_failure: str = ""  # set when sgpu itself failed: the benchmark exits non-zero
     headline: list = dataclasses.field(default_factory=list)  # (what, ratio text) for the summary
+    measured: str = ""  # when and at which commit, so that a section rerun with --only says so
     load_before: str = ""
     load_after: str = ""
 
@@ -119,6 +120,8 @@ class Section:
 
     def markdown(self):
         out = [f"## {self.title}", ""]
+        if self.measured:
+            out += [f"Measured {self.measured}.", ""]
         if self.intro:
             out += [self.intro, ""]
         if self.skipped:
