@@ -91,7 +91,8 @@ def run(ctx):
                                                                                      median(fl.values))))
     for r in rows[1:]:
         if r.peer.role == "peer" and r.ok and base.ok:
+            codes = lambda row: "/".join(map(str, sorted(row.extra["codes"])))  # noqa: E731
             s.headline.append((f"{r.peer.name} ÷ sgpu, rank 0's failure to launcher exit "
-                               f"(exit codes {sorted(base.extra['codes'])} vs {sorted(r.extra['codes'])})",
+                               f"(sgpu exits {codes(base)}, {r.peer.name} {codes(r)})",
                                fmt_ratio(median(r.values) / median(base.values))))
     return s

@@ -113,7 +113,7 @@ def main():
             before = report.load()
             s = SECTIONS[key](ctx)
             if not s.skipped:
-                s.measured = f"{time.strftime('%Y-%m-%d %H:%M %Z')}, sgpu {vers['sgpu'].split(' ')[0]}"
+                s.measured = f"{time.strftime('%Y-%m-%d %H:%M %Z')}, sgpu at {vers['sgpu'].split(' ')[0]}"
                 s.load_before, s.load_after = before, report.load()
             sections.append(s)
     finally:

@@ -25,8 +25,11 @@ def _cmd(argv):
 
 def machine():
     cpuinfo = _read("/proc/cpuinfo")
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-                 platform.processor() or "unknown")
+    fields = dict(line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    model = fields.get("model name", platform.processor() or "unknown")
+    if "cpu family" in fields:
+        model += f" (family {fields['cpu family']}, model {fields.get('model', '?')}, {fields.get('cpu MHz', '?')} MHz)"
     mem_kib = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
                     if line.startswith("MemTotal:")), 0)
     os_name = next((line.split("=", 1)[1].strip('"') for line in _read("/etc/os-release").splitlines()
@@ -54,8 +57,10 @@ def versions(sgpu_bin, root):
     def dpkg(name):
         return _cmd(["dpkg-query", "-W", "-f=${Version}", name]) or "not installed"
 
-    commit = _cmd(["git", "-C", root, "rev-parse", "--short=12", "HEAD"])
-    dirty = _cmd(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"])
+    # The sgpu being measured is its sources: name the last commit that touched them.
+    sources = ["apps", "lib", "CMakeLists.txt"]
+    commit = _cmd(["git", "-C", root, "log", "-1", "--format=%h %s", "--abbrev=12", "--", *sources])
+    dirty = _cmd(["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", *sources])
     return {
         "sgpu": f"{commit}{' plus uncommitted changes' if dirty else ''} (`{sgpu_bin}`, RelWithDebInfo)",
         "torchrun": f"Debian python3-torch {dpkg('python3-torch')}, {_cmd(['/usr/bin/python3', '--version'])}",
