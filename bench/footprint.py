@@ -10,16 +10,20 @@ N = 8
 
 
 def proc_info(pid):
-    """(comm, VmHWM KiB, CPU seconds) of one process, or None once it is gone.
+    """(comm, VmHWM KiB, Pss KiB, CPU seconds) of one process, or None once it is gone.
 
-    CPU time is the sum over its threads of /proc/PID/task/TID/schedstat (ns);
-    /proc/PID/stat counts in 10 ms ticks, too coarse for an idle launcher.
+    VmHWM is the peak RSS, which counts pages shared with another process (a
+    forked helper, shared libraries) in each; Pss splits them fairly but has no
+    peak. CPU time is the sum over its threads of /proc/PID/task/TID/schedstat
+    (ns); /proc/PID/stat counts in 10 ms ticks, too coarse for an idle launcher.
     """
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
         with open(f"/proc/{pid}/status") as f:
             status = dict(line.split(":", 1) for line in f if ":" in line)
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            pss = next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0)
         cpu_ns = 0
         for tid in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
@@ -27,22 +31,23 @@ def proc_info(pid):
     except (OSError, ValueError):
         return None
     comm = stat[stat.index("(") + 1:stat.rindex(")")]
-    return comm, int(status.get("VmHWM", "0 kB").split()[0]), cpu_ns / 1e9
+    return comm, int(status.get("VmHWM", "0 kB").split()[0]), pss, cpu_ns / 1e9
 
 
 def sample(pid):
     """The launcher's processes (the tree minus the `sleep` ranks) at one moment."""
-    launcher = {"hwm": 0, "cpu": 0.0, "procs": 0, "t": time.monotonic()}
+    launcher = {"hwm": 0, "pss": 0, "cpu": 0.0, "procs": 0, "t": time.monotonic()}
     ranks = 0
     for p in [pid, *descendants(pid)]:
         info = proc_info(p)
         if info is None:
             continue
-        comm, hwm, cpu = info
+        comm, hwm, pss, cpu = info
         if comm == "sleep":
             ranks += 1
             continue
         launcher["hwm"] += hwm
+        launcher["pss"] += pss
         launcher["cpu"] += cpu
         launcher["procs"] += 1
     launcher["ranks"] = ranks
@@ -61,6 +66,7 @@ def one_run(ctx, row, seconds):
         return
     row.values.append(max(s["hwm"] for s in full))
     row.extra.setdefault("tree_cpu", []).append(run.cpu)
+    row.extra.setdefault("pss", []).append(max(s["pss"] for s in full))
     row.extra.setdefault("procs", set()).add(max(s["procs"] for s in full))
     # CPU the launcher spends while the job merely runs, per second of it.
     span = full[-1]["t"] - full[0]["t"]
@@ -82,7 +88,9 @@ def run(ctx):
     s = Section("footprint", f"5. Footprint: the launcher while 8 ranks sleep {seconds} s")
     s.intro = ("Every 0.2 s the benchmark reads /proc for the launcher's process tree; the ranks (`sleep`) are set "
                "apart. 'Peak RSS' is the sum of VmHWM over the launcher's own processes while all 8 ranks run "
-               "(torchrun's Python agent, mpirun, sgpu, bash). CPU time comes from wait4 for the whole tree "
+               "(torchrun's Python agent, mpirun, sgpu and its orphan guard, bash): pages two of them share count "
+               "twice, so 'Pss' (the largest sum of /proc/PID/smaps_rollup's Pss seen while the ranks ran) is given "
+               "too. CPU time comes from wait4 for the whole tree "
                "(launcher plus ranks; 8 sleeps cost about a millisecond in all, the floor shows it). "
                "'Busy while waiting' is the launcher's CPU per second of the run once every rank had started. "
                "(wait4's max RSS is not used: a child forked from the benchmark's Python keeps the parent's "
@@ -95,6 +103,7 @@ def run(ctx):
     rounds = 1 if ctx.quick and not ctx.rounds else ctx.rounds_for(2)  # memory hardly varies between runs
     alternate(ctx, "footprint", rows, rounds, lambda row, i: one_run(ctx, row, seconds))
     extra = [
+        ("Pss while the ranks run", lambda r: fmt_kib(median(r.extra["pss"])) if r.extra.get("pss") else "-"),
         ("launcher processes", lambda r: ",".join(map(str, sorted(r.extra.get("procs", [])))) or "-"),
         ("busy while waiting", lambda r: f"{median(r.extra['idle_cpu']) * 1e3:.3f} ms CPU/s"
          if r.extra.get("idle_cpu") else "-"),
