@@ -3,6 +3,7 @@ import json
 import re
 import os
 import shlex
+import shutil
 import subprocess
 
 from harness import Peer, median, run_once, tail, describe_exit
@@ -10,6 +11,7 @@ from peers import alternate, launchers, missing_tools, rows_for
 from report import Section, fmt_ratio, shell, timing_table
 
 N = 8
+SELF_CHECK = "self-check: a peer that exits 1 (must get no ratio)"
 
 
 def runs_per_round(peer, quick):
@@ -17,6 +19,11 @@ def runs_per_round(peer, quick):
     if quick:
         return 3 if peer.role != "peer" else 1
     return {"sgpu": 10, "floor": 10}.get(peer.role, 1 if peer.name == "torchrun" else 3)
+
+
+def hyperfine_runs(peer, quick):
+    runs = runs_per_round(peer, quick)
+    return ["--runs", str(runs), *(["--warmup", "1"] if runs > 1 else [])]
 
 
 def verify(ctx, row):
@@ -50,12 +57,9 @@ def shipped_torchrun_note(ctx):
 
 
 def hyperfine_block(ctx, row, round_index):
-    runs = runs_per_round(row.peer, ctx.quick)
     out = os.path.join(ctx.work, f"hyperfine-{round_index}.json")
-    argv = ["hyperfine", "-N", "--style", "basic", "--runs", str(runs), "--export-json", out]
-    if runs > 1:
-        argv += ["--warmup", "1"]
-    argv.append(shlex.join(row.peer.argv))
+    argv = ["hyperfine", "-N", "--style", "basic", "--export-json", out, *hyperfine_runs(row.peer, ctx.quick),
+            shlex.join(row.peer.argv)]
     p = subprocess.run(argv, cwd=ctx.root, env=ctx.env, capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         message = (p.stderr.strip().splitlines() or ["no message"])[-1]
@@ -74,7 +78,7 @@ def run(ctx):
     peers = launchers(ctx, N, ["/bin/true"])
     if ctx.quick:
         # Self-check of the refusal rule: a peer that fails must get no ratio.
-        peers.insert(1, Peer("broken peer (self-check)", ["bash", "-c", "exit 1"]))
+        peers.insert(1, Peer(SELF_CHECK, ["bash", "-c", "exit 1"]))
     rows = rows_for(peers)
     s = Section("launch", "1. Launch: 8 ranks of /bin/true")
     s.intro = ("Time from starting the launcher until it has exited, with 8 ranks that exit at once: the cost of "
@@ -83,18 +87,23 @@ def run(ctx):
                "one), the order rotated each round. Before timing, one run of each launcher with ranks that leave a "
                "file each checks that all 8 ranks really ran; hyperfine fails a launcher on any non-zero exit.")
     missing = missing_tools(peers)
+    if shutil.which("hyperfine") is None:
+        for row in rows:
+            row.fail("hyperfine is not installed (scripts/install-deps installs it)")
     for row in rows:
+        if row.failure:
+            continue
         if row.peer in missing:
             row.fail(f"{row.peer.argv[0]} is not installed")
-        elif "self-check" not in row.peer.name:
+        elif row.peer.name != SELF_CHECK:
             verify(ctx, row)
     if not ctx.quick:
         s.notes.append(shipped_torchrun_note(ctx))
     ctx.log("launch: verification runs done")
     alternate(ctx, "launch", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i))
     s.table = timing_table(rows)
-    s.commands = [shell(["hyperfine", "-N", "--runs", str(runs_per_round(r.peer, ctx.quick)),
-                         shlex.join(r.peer.argv)]) for r in rows]
+    s.commands = [shell(["hyperfine", "-N", *hyperfine_runs(r.peer, ctx.quick), shlex.join(r.peer.argv)])
+                  for r in rows]
     by_name = {r.peer.name: r for r in rows}
     base = by_name["sgpu"]
     if not base.ok:
@@ -108,7 +117,7 @@ def run(ctx):
     if fl.ok and base.ok:
         s.headline.append(("sgpu ÷ floor (bash & wait)", fmt_ratio(median(base.values) / median(fl.values))))
     if ctx.quick:
-        cells = next(t for t in s.table if t[0] == "broken peer (self-check)")
+        cells = next(t for t in s.table if t[0] == SELF_CHECK)
         if not all(c.startswith("no ratio") for c in cells[4:6]):
             s.sgpu_failure = "self-check: a failing peer was given a ratio"
     return s
