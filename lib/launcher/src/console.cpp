@@ -87,8 +87,8 @@ const std::string& ConsolePrinter::prefix(int rank, Stream stream) {
   return it->second;
 }
 
-void ConsolePrinter::append_segment(int rank, Stream stream, std::string_view segment, bool at_end) {
-  out_.append(prefix(rank, stream));
+void ConsolePrinter::append_segment(std::string_view prefix, std::string_view segment, bool at_end) {
+  out_.append(prefix);
   out_.append(timestamp_);
   out_.append(segment);
   // A piece of an over-long line, a last line without "\n", or a last
@@ -105,7 +105,8 @@ void ConsolePrinter::on_rank_output(int rank, Stream stream, std::string_view by
   }
   if (options_.timestamps) format_timestamp(timestamp_);
   out_.clear();
-  splitters_[{rank, stream}].feed(bytes, [&](std::string_view s) { append_segment(rank, stream, s, false); });
+  const auto& p = prefix(rank, stream);
+  splitters_[{rank, stream}].feed(bytes, [&](std::string_view s) { append_segment(p, s, false); });
   // One write per chunk of whole segments: another rank's line can never land inside.
   sink_.write(stream, out_);
 }
@@ -115,7 +116,7 @@ void ConsolePrinter::on_rank_output_closed(int rank, Stream stream) {
   if (it == splitters_.end() || !it->second.has_partial()) return;
   if (options_.timestamps) format_timestamp(timestamp_);
   out_.clear();
-  append_segment(rank, stream, it->second.finish(), true);
+  append_segment(prefix(rank, stream), it->second.finish(), true);
   sink_.write(stream, out_);
 }
 

@@ -61,6 +61,7 @@ void StatusLine::on_rank_started(int, int) {
 
 void StatusLine::tick() {
   if (!ticking_) return;
+  shown_ = true;
   draw();
   // Aligned to whole seconds since the start, so the clock never skips one.
   timer_.expires_at(timer_.expiry() + kTick);
@@ -83,7 +84,7 @@ void StatusLine::on_rank_exited(int, const env::ExitStatus& status, bool termina
   // timer must not keep the event loop alive, and the report comes next.
   if (snapshot_.running == 0 && (started_ranks_ == snapshot_.world_size || torn_down_)) {
     stop();
-  } else if (ticking_) {
+  } else if (shown_) {
     draw();
   }
 }
@@ -93,13 +94,14 @@ void StatusLine::on_teardown(const env::JobEnd& cause) {
   snapshot_.stopping = teardown_reason(cause);
   if (snapshot_.running == 0) {
     stop();
-  } else if (ticking_) {
+  } else if (shown_) {
     draw();
   }
 }
 
 void StatusLine::stop() {
   ticking_ = false;
+  shown_ = false;
   timer_.cancel();
   sink_.clear_status();
 }

@@ -64,7 +64,7 @@ class ConsolePrinter : public JobObserver {
 
  private:
   bool shown(int rank) const;
-  void append_segment(int rank, Stream stream, std::string_view segment, bool at_end);
+  void append_segment(std::string_view prefix, std::string_view segment, bool at_end);
   const std::string& prefix(int rank, Stream stream);
 
   ConsoleSink& sink_;

@@ -50,6 +50,7 @@ class StatusLine : public JobObserver {
   StatusSnapshot snapshot_;
   int started_ranks_ = 0;
   bool ticking_ = false;
+  bool shown_ = false;  // a job shorter than a tick never shows a status line
   bool torn_down_ = false;
 };
 
