@@ -60,16 +60,11 @@ std::string rank_prefix(std::string_view label, int rank, bool color) {
 }
 
 ConsolePrinter::ConsolePrinter(ConsoleSink& sink, ConsoleOptions options) : sink_(sink), options_(std::move(options)) {
-  if (!options_.ranks.empty() || options_.raw_rank) {
-    shown_.assign(options_.labels.size(), false);
-    for (int r : options_.ranks)
-      if (r >= 0 && static_cast<std::size_t>(r) < shown_.size()) shown_[static_cast<std::size_t>(r)] = true;
-    if (options_.raw_rank) {
-      shown_.assign(options_.labels.size(), false);
-      if (static_cast<std::size_t>(*options_.raw_rank) < shown_.size())
-        shown_[static_cast<std::size_t>(*options_.raw_rank)] = true;
-    }
-  }
+  if (options_.raw_rank) options_.ranks = {*options_.raw_rank};
+  if (options_.ranks.empty()) return;  // all shown
+  shown_.assign(options_.labels.size(), false);
+  for (int r : options_.ranks)
+    if (r >= 0 && static_cast<std::size_t>(r) < shown_.size()) shown_[static_cast<std::size_t>(r)] = true;
 }
 
 bool ConsolePrinter::shown(int rank) const {

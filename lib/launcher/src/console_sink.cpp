@@ -18,7 +18,8 @@ std::size_t terminal_width(int fd) {
 }
 }  // namespace
 
-ConsoleSink::ConsoleSink(int out_fd, int err_fd, int status_fd) : fds_{out_fd, err_fd}, status_fd_(status_fd) {}
+ConsoleSink::ConsoleSink(int out_fd, int err_fd, int status_fd)
+    : fds_{out_fd, err_fd}, terminal_{::isatty(out_fd) == 1, ::isatty(err_fd) == 1}, status_fd_(status_fd) {}
 
 bool ConsoleSink::write_fd(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
@@ -36,7 +37,7 @@ void ConsoleSink::write(Stream stream, std::string_view bytes) {
   auto idx = static_cast<std::size_t>(stream == Stream::Out ? 0 : 1);
   if (broken_[idx] || bytes.empty()) return;
   int fd = fds_[idx];
-  if (status_.empty()) {
+  if (status_.empty() || !terminal_[idx]) {
     broken_[idx] = !write_fd(fd, bytes);
     return;
   }

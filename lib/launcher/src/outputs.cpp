@@ -129,7 +129,13 @@ struct JobOutputs::Impl {
       RankReport rank;
       rank.rank = r.place.rank;
       rank.host = host;
-      rank.result = parse_result(read_file(r.files.result_file, kResultLimit));
+      auto result = read_file(r.files.result_file, kResultLimit + 1);
+      if (result && result->size() > kResultLimit) {
+        report.warnings.push_back(fmt::format("{}: over {} MiB, left out of the summary (result null)",
+                                              r.files.result_file, kResultLimit >> 20));
+        result.reset();
+      }
+      rank.result = parse_result(result);
       report.ranks.push_back(std::move(rank));
     }
     for (const auto& rec : outcome.ranks) {
@@ -141,7 +147,7 @@ struct JobOutputs::Impl {
       rank.ended = rec.ended;
     }
     report.root_cause = root_cause(report, outcome);
-    report.warnings = run_log.write_errors();
+    for (auto& w : run_log.write_errors()) report.warnings.push_back(std::move(w));
     return report;
   }
 
@@ -181,10 +187,10 @@ struct JobOutputs::Impl {
     }
     cause.source = "stderr";
     cause.source_path = rank_log_path(plan.run_dir, cause.rank, Stream::Err);
-    if (auto tail = read_file(cause.source_path, kStderrTailBytes, true)) {
-      bool cut = fs::file_size(cause.source_path) > kStderrTailBytes;
-      cause.details = tail_lines(*tail, kStderrTailLines, cut);
-    }
+    std::error_code ec;
+    auto size = fs::file_size(cause.source_path, ec);
+    if (auto tail = read_file(cause.source_path, kStderrTailBytes, true))
+      cause.details = tail_lines(*tail, kStderrTailLines, !ec && size > kStderrTailBytes);
     return cause;
   }
 

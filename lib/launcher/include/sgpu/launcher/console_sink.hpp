@@ -30,6 +30,7 @@ class ConsoleSink {
   bool write_fd(int fd, std::string_view bytes);
 
   std::array<int, 2> fds_;
+  std::array<bool, 2> terminal_{false, false};  // only lines bound for a terminal move the status line
   std::array<bool, 2> broken_{false, false};
   int status_fd_;
   bool status_broken_ = false;
