@@ -12,6 +12,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/console.hpp"
 #include "sgpu/launcher/devices.hpp"
+#include "sgpu/launcher/outputs.hpp"
 #include "sgpu/launcher/plan.hpp"
 #include "sgpu/launcher/run_dir.hpp"
 #include "sgpu/launcher/supervisor.hpp"
@@ -32,6 +33,7 @@ struct LaunchFlags {
   std::string nnodes = "1";
   int node_rank = 0;
   int master_port = 0;
+  std::string ranks;  // --ranks 0,3
 };
 
 void apply_nproc(LaunchFlags& f, const launcher::Discovery& discovery) {
@@ -93,36 +95,6 @@ void check_torchrun_compat(const LaunchFlags& f) {
   if (f.node_rank != 0) throw Error(fmt::format("--node-rank {}: multi-node launch is not available yet", f.node_rank));
 }
 
-void report_end(const launcher::JobOutcome& outcome, const launcher::LaunchPlan& plan) {
-  using Kind = env::JobEnd::Kind;
-  const auto& end = outcome.end;
-  int terminated = 0;
-  for (const auto& r : outcome.ranks) terminated += r.terminated_by_sgpu ? 1 : 0;
-  std::string others = terminated
-                           ? fmt::format("; {} {}rank{} stopped by sgpu", terminated,
-                                         end.kind == Kind::RankFailed ? "other " : "", terminated == 1 ? "" : "s")
-                           : "";
-  switch (end.kind) {
-    case Kind::Completed:
-      break;
-    case Kind::RankFailed:
-      fmt::print(stderr, "sgpu: rank {} failed first: {}{} (exit code {})\n", end.rank, end.status.describe(), others,
-                 outcome.exit_code);
-      break;
-    case Kind::TimedOut:
-      fmt::print(stderr, "sgpu: error: the job timed out after {} (--timeout){} (exit code 124)\n",
-                 env::format_duration(*plan.timeout), others);
-      break;
-    case Kind::Interrupted:
-      fmt::print(stderr, "sgpu: interrupted by {}{} (exit code {})\n", env::signal_name(end.signal), others,
-                 outcome.exit_code);
-      break;
-    case Kind::SpawnFailed:
-      fmt::print(stderr, "sgpu: error: cannot start rank {}: {}\n", end.rank, outcome.spawn_error);
-      break;
-  }
-}
-
 int run_launch(LaunchFlags& f, const std::vector<std::string>& rest) {
   take_entrypoint(f, rest);
   check_torchrun_compat(f);
@@ -140,6 +112,8 @@ int run_launch(LaunchFlags& f, const std::vector<std::string>& rest) {
   in.inherited = inherited;
   in.cwd = cwd;
   int ranks = launcher::rank_count(f.spec, in.inventory);  // validates before anything is created
+  if (!f.ranks.empty()) f.spec.console_ranks = launcher::parse_rank_list(f.ranks, "--ranks");
+  launcher::check_output_options(f.spec, ranks);
   in.executable = launcher::resolve_program(f.spec, inherited, cwd);
   in.run_id = launcher::make_run_id();
   rendezvous::PortReservation port(f.spec.master_port.value_or(0));
@@ -160,11 +134,9 @@ int run_launch(LaunchFlags& f, const std::vector<std::string>& rest) {
 
   std::signal(SIGPIPE, SIG_IGN);
   boost::asio::io_context io(1);
-  launcher::ConsolePrinter console({});
-  launcher::Supervisor supervisor(io, console, {plan.timeout, plan.grace});
-  auto outcome = supervisor.run(launches);
-  report_end(outcome, plan);
-  return outcome.exit_code;
+  launcher::JobOutputs outputs(io, f.spec, plan, inherited);
+  launcher::Supervisor supervisor(io, outputs.observer(), {plan.timeout, plan.grace});
+  return outputs.finish(supervisor.run(launches));
 }
 
 }  // namespace
@@ -186,6 +158,13 @@ Command add_launch_command(CLI::App& app) {
   cmd->add_option("--grace", flags->spec.grace, "Time between SIGTERM and SIGKILL on teardown (default 30s)");
   cmd->add_option("--master-port,--master_port", flags->master_port, "MASTER_PORT (default: a free, reserved port)");
   cmd->add_option("--log-dir,--log_dir", flags->spec.log_dir, "Parent directory of the run directory");
+  cmd->add_option("--ranks", flags->ranks, "Ranks shown on the console, e.g. 0,3 or 0-3 (all are logged)");
+  cmd->add_flag("--raw", flags->spec.raw_output,
+                "Show one rank's output untouched, without prefix (rank 0, or the one --ranks names)");
+  cmd->add_flag("--timestamps", flags->spec.timestamps, "Prefix each console line with the time it arrived");
+  cmd->add_option("-o,--output", flags->spec.output_format,
+                  "text (default), or json: one summary document on stdout, the job's lines on stderr")
+      ->check(CLI::IsMember({"text", "json"}));
   cmd->add_flag("--standalone", flags->standalone, "torchrun compatibility: accepted, sgpu is standalone on one node");
   cmd->add_option("--max-restarts,--max_restarts", flags->max_restarts, "torchrun compatibility: only 0 for now");
   cmd->add_option("--nnodes", flags->nnodes, "torchrun compatibility: only 1 for now");

@@ -3,6 +3,7 @@
 // anything is resolved against this node.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/rank_env.hpp"
@@ -23,6 +24,11 @@ struct JobSpec {
   std::string grace = "30s";
   std::string log_dir;   // "" means $SGPU_HOME/runs
   env::Environment env;  // variables for every rank
+  // What the run shows (README "Output"); every rank is logged whatever these say.
+  std::vector<int> console_ranks;      // ranks shown on the console; empty: all
+  bool raw_output = false;             // one rank's bytes untouched, no prefix
+  bool timestamps = false;             // time of arrival on each console line
+  std::string output_format = "text";  // "json": one summary document on stdout
 };
 
 }  // namespace sgpu::launcher
