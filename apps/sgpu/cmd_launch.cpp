@@ -42,6 +42,27 @@ struct LaunchFlags {
   int max_restarts = 0;
 };
 
+// How --help shows an option's value: "N", "DURATION", "node|per-rank".
+std::string value_name(const launcher::KeyInfo& key) {
+  using K = launcher::ValueKind;
+  switch (key.kind) {
+    case K::Int:
+    case K::NodeCount:
+      return "N";
+    case K::RankCount:
+      return "N|gpu|auto|cpu";
+    case K::Duration:
+      return "DURATION";
+    case K::Choice: {
+      std::string out;
+      for (auto c : key.choices) out += (out.empty() ? "" : "|") + std::string(c);
+      return out;
+    }
+    default:
+      return "TEXT";
+  }
+}
+
 void check_entrypoint_words(const std::vector<std::string>& rest) {
   if (rest.empty()) return;
   const auto& first = rest.front();
@@ -216,8 +237,11 @@ Command add_launch_command(CLI::App& app) {
     slot.flag = names.substr(long_name, names.find(',', long_name) - long_name);
     std::string help(key.help);
     help[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(help[0])));
-    slot.option = key.kind == launcher::ValueKind::Bool ? cmd->add_flag(names, slot.on, help)
-                                                        : cmd->add_option(names, slot.text, help);
+    if (key.kind == launcher::ValueKind::Bool) {
+      slot.option = cmd->add_flag(names, slot.on, help);
+      continue;
+    }
+    slot.option = cmd->add_option(names, slot.text, help)->type_name(value_name(key));
   }
   cmd->add_flag("--standalone", flags->standalone, "torchrun compatibility: accepted, sgpu is standalone on one node");
   cmd->add_option("--max-restarts,--max_restarts", flags->max_restarts, "torchrun compatibility: only 0 for now");

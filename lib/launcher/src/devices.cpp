@@ -107,9 +107,12 @@ std::string devices_text(const Discovery& d) {
     type_w = std::max(type_w, g.type.size());
     uuid_w = std::max(uuid_w, g.uuid.size());
   }
-  std::string source = d.source == "nvml" ? "NVML" : d.source == "cuda" ? "CUDA driver API" : "SGPU_FAKE_GPUS";
+  std::string source = d.source == "nvml"   ? "NVML"
+                       : d.source == "cuda" ? "CUDA driver API"
+                                            : "SGPU_FAKE_GPUS, a test hook";
+  bool show_note = !d.note.empty() && d.source != "fake";
   std::string out = fmt::format("{} GPU{} ({}{}){}\n", gpus.size(), gpus.size() == 1 ? "" : "s", source,
-                                d.note.empty() ? "" : ", " + d.note,
+                                show_note ? ", " + d.note : "",
                                 all_visible ? "" : fmt::format("; CUDA_VISIBLE_DEVICES leaves {} visible", visible));
   out += fmt::format("{:<6} {:<{}} {:<{}} {:>10} {:<{}} {:<16} {}\n", "index", "type", type_w, "name", name_w, "memory",
                      "uuid", uuid_w, "pci bus id", "visible");
