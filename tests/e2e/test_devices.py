@@ -3,6 +3,8 @@ import ctypes
 import json
 import os
 import pathlib
+import shutil
+import subprocess
 
 import pytest
 
@@ -23,6 +25,23 @@ def test_without_a_driver_one_line_and_an_empty_list(sgpu):
     assert res.stdout.count("\n") == 1
     res = sgpu.run("devices", "-o", "json")
     assert res.returncode == 0 and json.loads(res.stdout) == []
+
+
+@pytest.mark.skipif(not driver_present() or not shutil.which("nvidia-smi"), reason="needs an NVIDIA driver")
+def test_with_a_driver_nvml_agrees_with_nvidia_smi(sgpu):
+    # Runs on GPU machines only: the real NVML path against the driver's own tool.
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,uuid,pci.bus_id,memory.total", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    expected = sorted((row.split(", ")[2].upper(), row.split(", ")[0], row.split(", ")[1]) for row in smi)
+    res = sgpu.run("devices", "-o", "json")
+    assert res.returncode == 0, res.stderr
+    gpus = json.loads(res.stdout)
+    assert [(g["pci_bus_id"], g["name"], g["uuid"]) for g in gpus] == expected
+    assert [g["index"] for g in gpus] == list(range(len(gpus)))
+    assert all(g["memory_bytes"] > 0 and g["type"] != "UNKNOWN" for g in gpus)
+    assert all(g["visible"] for g in gpus)
+    hidden = sgpu.run("devices", "-o", "json", env=dict(sgpu.env, CUDA_VISIBLE_DEVICES=""))
+    assert not any(g["visible"] for g in json.loads(hidden.stdout))
 
 
 CUDA_STUB = pathlib.Path("/usr/local/cuda/lib64/stubs/libcuda.so")

@@ -37,8 +37,7 @@ std::string normalize_pci_bus_id(std::string_view bus_id) {
   for (auto& c : id) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   auto colon = id.find(':');
   // The domain is 4 hex digits from CUDA, 8 from NVML; compare them as NVML writes them.
-  if (colon != std::string::npos && colon < 8 && id.find(':', colon + 1) != std::string::npos)
-    id.insert(0, 8 - colon, '0');
+  if (colon < 8 && id.find(':', colon + 1) != std::string::npos) id.insert(0, 8 - colon, '0');
   return id;
 }
 
