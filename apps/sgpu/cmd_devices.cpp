@@ -1,4 +1,6 @@
-// `sgpu devices`: this node's GPUs as sgpu sees them.
+// `sgpu devices [-o json]`: this node's GPUs as sgpu sees them.
+#include <memory>
+
 #include <fmt/format.h>
 
 #include "commands.hpp"
@@ -7,13 +9,14 @@
 namespace sgpu::app {
 
 Command add_devices_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("devices", "List this node's GPUs");
-  return [cmd](const DashTail&) {
-    (void)cmd;
+  auto format = std::make_shared<std::string>("text");
+  auto* cmd = app.add_subcommand("devices", "List this node's GPUs (index, type, memory, UUID, PCI bus, visibility)");
+  cmd->add_option("-o,--output", *format, "text (default) or json (a list; [] without GPUs)")
+      ->check(CLI::IsMember({"text", "json"}));
+  return [format](const DashTail&) {
     auto d = launcher::discover_gpus(env::current_environment());
-    if (d.gpus.empty()) fmt::print("no GPUs: {}\n", d.note);
-    for (const auto& g : d.gpus)
-      fmt::print("{} {} {} {}{}\n", g.index, g.type, g.name, g.uuid, g.visible ? "" : " (hidden)");
+    if (d.source == "fake") fmt::print(stderr, "sgpu: note: {}\n", d.note);
+    fmt::print("{}", *format == "json" ? launcher::devices_json(d) : launcher::devices_text(d));
     return 0;
   };
 }

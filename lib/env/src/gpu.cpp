@@ -35,26 +35,49 @@ std::vector<std::string> tokens(std::string_view name) {
   return out;
 }
 
+bool is_memory_size(const std::string& t) {
+  return t.size() > 2 && t.ends_with("GB") &&
+         std::all_of(t.begin(), t.end() - 2, [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
 }  // namespace
 
 std::string normalize_gpu_type(std::string_view device_name) {
   auto toks = tokens(device_name);
-  // Drop vendor and family words that carry no type information.
+  // Vendor and product-line words carry no type information.
   std::erase_if(toks, [](const std::string& t) {
     return t == "NVIDIA" || t == "TESLA" || t == "GEFORCE" || t == "QUADRO" || t == "SUPERCHIP";
   });
   if (toks.empty()) return "UNKNOWN";
-  // "RTX 4090", "RTX A6000", "RTX 6000 Ada": join RTX with its model.
-  if (toks[0] == "RTX" && toks.size() >= 2) {
-    std::string t = "RTX" + toks[1];
-    if (toks.size() >= 3 && toks[2] == "ADA") t += "ADA";
-    return t;
+  // Consumer and workstation families spell the model over several words:
+  // "RTX 4090", "RTX A6000", "RTX 6000 Ada Generation", "RTX PRO 6000
+  // Blackwell Server Edition", "GTX 1080 Ti", "TITAN RTX". Join them up to the
+  // first word that describes a variant rather than the model.
+  if (toks[0] == "RTX" || toks[0] == "GTX" || toks[0] == "TITAN") {
+    std::string type = toks[0];
+    for (std::size_t i = 1; i < toks.size(); ++i) {
+      const auto& w = toks[i];
+      if (is_memory_size(w) || w == "GENERATION" || w == "BLACKWELL" || w == "SERVER" || w == "EDITION" ||
+          w == "WORKSTATION" || w == "LAPTOP" || w == "GPU" || w == "MAX" || w == "MOBILE")
+        break;
+      if (w != "SFF") type += w;
+    }
+    return type;
   }
-  // "GH200 480GB", "GB200 NVL", "H100 80GB HBM3", "A100-SXM4-40GB", "L40S".
+  // Data-centre parts lead with the model: "H100 80GB HBM3", "A100-SXM4-40GB",
+  // "GH200 480GB", "V100S-PCIE-32GB". A first word without a digit is no
+  // model ("NVIDIA Graphics Device": a GPU newer than the driver's names).
+  if (std::none_of(toks[0].begin(), toks[0].end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    return "UNKNOWN";
   return toks[0];
 }
 
-bool gpu_type_matches(std::string_view requested, const Gpu& gpu) { return upper(requested) == upper(gpu.type); }
+bool gpu_type_matches(std::string_view requested, const Gpu& gpu) {
+  if (upper(requested) == upper(gpu.type)) return true;
+  // "nvidia-h100-80gb", "RTX 4090", "NVIDIA H100 80GB HBM3": the same type by name.
+  auto normalized = normalize_gpu_type(requested);
+  return normalized != "UNKNOWN" && normalized == upper(gpu.type);
+}
 
 std::vector<Gpu> parse_fake_gpus(std::string_view spec) {
   std::vector<Gpu> gpus;
@@ -127,23 +150,30 @@ std::string describe_inventory(const std::vector<Gpu>& gpus) {
   return out;
 }
 
-std::vector<Gpu> select_gpus(const std::vector<Gpu>& inventory, int count, std::string_view type) {
+std::vector<Gpu> select_gpus(const std::vector<Gpu>& inventory, int count, std::string_view type,
+                             std::string_view count_where, std::string_view type_where) {
+  std::string count_subject = count_where.empty() ? fmt::format("--gpus {}", count) : std::string(count_where);
+  std::string type_subject = type_where.empty() ? fmt::format("--gpu-type {}", type) : std::string(type_where);
   std::vector<Gpu> visible;
   for (const auto& g : inventory)
     if (g.visible) visible.push_back(g);
   if (visible.empty())
-    throw Error(fmt::format("--gpus {}: this node has no visible GPUs{}; use --nproc N for CPU ranks", count,
+    throw Error(fmt::format("{}: this node has no visible GPUs{}; use --nproc N for CPU ranks", count_subject,
                             inventory.empty() ? "" : " (CUDA_VISIBLE_DEVICES hides them all)"));
   std::vector<Gpu> matching;
-  std::string chosen_type(type);
-  if (chosen_type.empty()) chosen_type = visible.front().type;
-  for (const auto& g : visible)
-    if (upper(g.type) == upper(chosen_type)) matching.push_back(g);
+  if (type.empty()) {
+    // Any type, but one type for the whole job: the first visible GPU's.
+    for (const auto& g : visible)
+      if (g.type == visible.front().type) matching.push_back(g);
+  } else {
+    for (const auto& g : visible)
+      if (gpu_type_matches(type, g)) matching.push_back(g);
+  }
   if (matching.empty())
-    throw Error(fmt::format("--gpu-type {}: this node has {}; pick one of those types or omit --gpu-type", type,
+    throw Error(fmt::format("{}: this node has {}; pick one of those types or omit the GPU type", type_subject,
                             describe_inventory(visible)));
   if (static_cast<int>(matching.size()) < count)
-    throw Error(fmt::format("--gpus {}: this node has only {} visible {} GPU{} ({})", count, matching.size(),
+    throw Error(fmt::format("{}: this node has only {} visible {} GPU{} ({})", count_subject, matching.size(),
                             matching.front().type, matching.size() == 1 ? "" : "s", describe_inventory(visible)));
   matching.resize(static_cast<std::size_t>(count));
   return matching;

@@ -56,6 +56,35 @@ Environment build_rank_env(const Environment& inherited, const JobEnvironment& j
   return env;
 }
 
+bool is_launcher_variable(std::string_view name) {
+  static constexpr std::string_view kNames[] = {"RANK",
+                                                "LOCAL_RANK",
+                                                "WORLD_SIZE",
+                                                "LOCAL_WORLD_SIZE",
+                                                "GROUP_RANK",
+                                                "NODE_RANK",
+                                                "GROUP_WORLD_SIZE",
+                                                "NNODES",
+                                                "ROLE_RANK",
+                                                "ROLE_NAME",
+                                                "ROLE_WORLD_SIZE",
+                                                "MASTER_ADDR",
+                                                "MASTER_PORT",
+                                                "TORCHELASTIC_RUN_ID",
+                                                "TORCHELASTIC_RESTART_COUNT",
+                                                "TORCHELASTIC_MAX_RESTARTS",
+                                                "TORCHELASTIC_USE_AGENT_STORE",
+                                                "TORCHELASTIC_ERROR_FILE",
+                                                "SGPU_RUN_ID",
+                                                "SGPU_GPU_TYPE",
+                                                "SGPU_RESULT_FILE",
+                                                "CUDA_DEVICE_ORDER",
+                                                "CUDA_VISIBLE_DEVICES"};
+  for (auto n : kNames)
+    if (n == name) return true;
+  return false;
+}
+
 Environment current_environment() {
   Environment env;
   for (char** p = environ; p != nullptr && *p != nullptr; ++p) {

@@ -15,13 +15,14 @@ namespace sgpu::launcher {
 namespace fs = std::filesystem;
 
 int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory) {
-  if (spec.gpus && spec.nproc)
+  if ((spec.gpus || spec.gpus_per_node) && spec.nproc)
     throw Error(
         "--gpus and --nproc exclude each other: --gpus N starts one rank per GPU, "
         "--nproc N starts N CPU ranks; give one of them");
+  if (spec.gpus_per_node) return *spec.gpus_per_node;
   if (spec.gpus) {
     if (*spec.gpus < 1) throw Error(fmt::format("--gpus {}: must be at least 1", *spec.gpus));
-    return *spec.gpus;
+    return *spec.gpus / std::max(1, spec.nodes);
   }
   if (spec.nproc) {
     if (*spec.nproc < 1 || *spec.nproc > 4096)
@@ -33,15 +34,36 @@ int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory) {
   return visible > 0 ? visible : 1;
 }
 
+void resolve_nproc_mode(JobSpec& spec, const std::vector<env::Gpu>& inventory, int cpus) {
+  if (spec.nproc_mode.empty()) return;
+  int visible = 0;
+  for (const auto& g : inventory) visible += g.visible ? 1 : 0;
+  if (spec.nproc_mode == "gpu" && visible == 0)
+    throw Error(fmt::format("{}: this node has no visible GPUs; give a number of CPU ranks",
+                            where_set(spec, "resources.nproc", "--nproc gpu")));
+  if (spec.nproc_mode == "gpu" || (spec.nproc_mode == "auto" && visible > 0))
+    spec.gpus = visible * spec.nodes;
+  else
+    spec.nproc = cpus;
+  spec.nproc_mode.clear();
+}
+
 LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   LaunchPlan plan;
   int n = rank_count(spec, in.inventory);
-  bool use_gpus = spec.gpus.has_value() || (!spec.nproc && std::any_of(in.inventory.begin(), in.inventory.end(),
-                                                                       [](const env::Gpu& g) { return g.visible; }));
+  int nodes = std::max(1, spec.nodes);
+  bool use_gpus = spec.gpus || spec.gpus_per_node ||
+                  (!spec.nproc &&
+                   std::any_of(in.inventory.begin(), in.inventory.end(), [](const env::Gpu& g) { return g.visible; }));
   if (!use_gpus && !spec.gpu_type.empty())
-    throw Error(fmt::format("--gpu-type {} needs --gpus N: with --nproc the ranks run on CPUs", spec.gpu_type));
+    throw Error(fmt::format("{} needs --gpus N: with --nproc the ranks run on CPUs",
+                            where_set(spec, "resources.gpu_type", "--gpu-type " + spec.gpu_type)));
   if (use_gpus) {
-    plan.gpus = env::select_gpus(in.inventory, n, spec.gpu_type);
+    std::string count_where = spec.gpus_per_node ? where_set(spec, "resources.gpus_per_node", "")
+                              : spec.gpus        ? where_set(spec, "resources.gpus", "")
+                                                 : std::string();
+    plan.gpus =
+        env::select_gpus(in.inventory, n, spec.gpu_type, count_where, where_set(spec, "resources.gpu_type", ""));
     plan.gpu_type = plan.gpus.front().type;
   }
   if (spec.master_port && (*spec.master_port < 1 || *spec.master_port > 65535))
@@ -59,10 +81,15 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   plan.argv = env::build_argv(spec.entrypoint, in.executable);
 
   env::JobEnvironment job;
+  if (!in.master_addr.empty())
+    job.master_addr = in.master_addr;
+  else if (!spec.rendezvous.master_addr.empty())
+    job.master_addr = spec.rendezvous.master_addr;
   job.master_port = in.master_port;
   job.run_id = in.run_id;
   job.gpu_type = plan.gpu_type;
   job.extra = spec.env;
+  plan.master_addr = job.master_addr;
   plan.omp_defaulted = env::omp_threads_defaulted(in.inherited, job);
 
   std::string node_devices;
@@ -70,14 +97,14 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
 
   for (int r = 0; r < n; ++r) {
     RankPlan rank;
-    rank.place = {r, r, n, n, 0, 1};
+    int global = in.node_rank * n + r;
+    rank.place = {global, r, n * nodes, n, in.node_rank, nodes};
     if (!plan.gpus.empty()) {
       const auto& mine = plan.gpus[static_cast<std::size_t>(r)];
       rank.gpus = {mine.index};
       job.cuda_visible_devices = spec.gpu_bind == GpuBind::PerRank ? std::to_string(mine.index) : node_devices;
-      if (spec.gpu_bind == GpuBind::PerRank) rank.place.local_rank = r;  // LOCAL_RANK stays the rank's slot
     }
-    auto dir = fs::path(plan.run_dir) / "ranks" / std::to_string(r);
+    auto dir = fs::path(plan.run_dir) / "ranks" / std::to_string(global);
     rank.files.error_file = (dir / "error.json").string();
     rank.files.result_file = (dir / "result").string();
     rank.env = env::build_rank_env(in.inherited, job, rank.place, rank.files);

@@ -24,10 +24,12 @@ struct Gpu {
 // "NVIDIA GeForce RTX 4090" -> "RTX4090", "NVIDIA A10G" -> "A10G".
 std::string normalize_gpu_type(std::string_view device_name);
 
-// Case-insensitive match of a requested type ("h100", "H100") against a GPU.
+// Case-insensitive match of a requested type ("h100", "H100") against a GPU;
+// a full device name ("NVIDIA H100 80GB HBM3") matches by its normalised type.
 bool gpu_type_matches(std::string_view requested, const Gpu& gpu);
 
-// The test hook's spec: "8xH100", "2xA100,2xH100", "4" (4 x H100).
+// The test hook's short form: "8xH100", "2xA100,2xH100", "4" (4 x H100). A
+// JSON inventory file is read in lib/launcher (devices.hpp).
 std::vector<Gpu> parse_fake_gpus(std::string_view spec);
 
 // Marks `visible` per CUDA_VISIBLE_DEVICES (indices or UUIDs/prefixes; an
@@ -40,7 +42,10 @@ std::vector<Gpu> apply_cuda_visible_devices(std::vector<Gpu> inventory,
 std::string describe_inventory(const std::vector<Gpu>& gpus);
 
 // Picks `count` visible GPUs of `type` (any type when empty; then all chosen
-// GPUs must share a type). Throws sgpu::Error naming what the node has.
-std::vector<Gpu> select_gpus(const std::vector<Gpu>& inventory, int count, std::string_view type);
+// GPUs must share a type). Throws sgpu::Error naming what the node has; the
+// message starts with `count_where` or `type_where` (how the user asked, e.g.
+// "job.toml:4:8: resources.gpus = 8"), by default "--gpus N"/"--gpu-type T".
+std::vector<Gpu> select_gpus(const std::vector<Gpu>& inventory, int count, std::string_view type,
+                             std::string_view count_where = {}, std::string_view type_where = {});
 
 }  // namespace sgpu::env

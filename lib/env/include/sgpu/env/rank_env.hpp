@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace sgpu::env {
 
@@ -45,6 +46,10 @@ Environment build_rank_env(const Environment& inherited, const JobEnvironment& j
 
 // True when build_rank_env will default OMP_NUM_THREADS (said once to the user).
 bool omp_threads_defaulted(const Environment& inherited, const JobEnvironment& job);
+
+// True for the variables build_rank_env always sets itself (RANK, MASTER_PORT,
+// CUDA_VISIBLE_DEVICES, ...): a job spec's [env] may not set them.
+bool is_launcher_variable(std::string_view name);
 
 // Snapshot of this process's environ.
 Environment current_environment();

@@ -29,6 +29,7 @@ struct LaunchPlan {
   std::vector<RankPlan> ranks;
   std::vector<env::Gpu> gpus;  // the job's GPUs, empty for CPU ranks
   std::string gpu_type;
+  std::string master_addr;
   int master_port = 0;
   std::optional<env::Seconds> timeout;
   env::Seconds grace{30};
@@ -44,6 +45,8 @@ struct PlanInputs {
   std::string executable;
   std::string cwd;
   int master_port = 0;
+  int node_rank = 0;        // which of spec.nodes this plan is for
+  std::string master_addr;  // "" means spec.rendezvous.master_addr, else 127.0.0.1
 };
 
 // Throws sgpu::Error for contradictory or impossible requests.
@@ -53,7 +56,12 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& inputs);
 // sgpu::Error with exit code 127 (not found) or 126 (not executable).
 std::string resolve_program(const JobSpec& spec, const env::Environment& environment, const std::string& cwd);
 
-// Number of ranks on this node, checking --gpus/--nproc (pure).
+// Number of ranks on one node (--gpus-per-node, --gpus over the nodes,
+// --nproc, else one per visible GPU or one CPU rank). Pure.
 int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory);
+
+// torchrun's --nproc-per-node gpu|auto|cpu: turns spec.nproc_mode into GPU
+// ranks (one per visible GPU, on each node) or `cpus` CPU ranks.
+void resolve_nproc_mode(JobSpec& spec, const std::vector<env::Gpu>& inventory, int cpus);
 
 }  // namespace sgpu::launcher

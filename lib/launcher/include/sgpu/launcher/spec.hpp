@@ -1,8 +1,12 @@
 #pragma once
-// A job as the user asked for it (flags today, a TOML file later), before
-// anything is resolved against this node.
+// A job as the user asked for it (a TOML spec, SGPU_* variables, flags and
+// --set merged by spec_merge.hpp), before anything is resolved against a node.
+// Every field has a key in the schema table (spec_schema.cpp); a new launch
+// option is a field here, a row there, and a README line.
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sgpu/env/command.hpp"
@@ -12,23 +16,82 @@ namespace sgpu::launcher {
 
 enum class GpuBind { Node, PerRank };
 
+// [ssh]: read and validated now, used by the ssh backend (issue 6).
+struct SshSpec {
+  std::vector<std::string> hosts;  // "host", "host:slots", "user@host:slots"
+  std::string hostfile;
+  std::string include;  // DeepSpeed filters: "a:0,2@b"
+  std::string exclude;
+  std::string user;
+  std::optional<int> port;
+  std::string identity;              // ssh -i
+  std::string config_file;           // ssh -F
+  std::vector<std::string> options;  // ssh -o KEY=VALUE
+  std::string connect_timeout = "10s";
+  int max_parallel = 32;                 // ssh sessions started at once
+  std::vector<std::string> forward_env;  // more variables to forward, beyond the default allowlist
+  std::string sync;                      // a directory shipped to every node
+  std::vector<std::string> sync_exclude;
+  bool ship_sgpu = false;  // copy this sgpu binary to hosts without one
+};
+
+// [slurm]: read and validated now, used by the slurm backend (issue 7).
+struct SlurmSpec {
+  std::string partition;
+  std::string account;
+  std::string qos;
+  std::string constraint;
+  std::string reservation;
+  std::string pool;  // "", "reserved", "on-demand"
+  std::string reserved_partition;
+  std::string reserved_qos;
+  std::string on_demand_partition;
+  std::string on_demand_qos;
+  std::vector<std::string> extra_args;  // passed to salloc/srun as they are
+};
+
+// [rendezvous]: master_port works today; the rest is for many nodes (issue 5).
+struct RendezvousSpec {
+  std::string master_addr;  // "" means node 0's address (127.0.0.1 on one node)
+  std::string endpoint;     // HOST:PORT of the rendezvous server (static mode)
+  std::optional<int> node_rank;
+  std::string secret_file;
+  std::string join_timeout = "10m";
+  std::string heartbeat_timeout = "10s";
+};
+
 struct JobSpec {
   env::Entrypoint entrypoint;
   std::string python;        // "" means $SGPU_PYTHON, else python3 on PATH
-  std::optional<int> gpus;   // one rank per GPU
+  std::optional<int> gpus;   // one rank per GPU, for the whole job
   std::optional<int> nproc;  // CPU ranks per node
-  std::string gpu_type;      // "" means detect
+  std::string nproc_mode;    // torchrun's "gpu", "auto", "cpu", resolved against the node
+  std::optional<int> gpus_per_node;
+  int nodes = 1;
+  std::string backend = "local";  // "local", "ssh", "slurm"
+  std::string gpu_type;           // "" means detect
   GpuBind gpu_bind = GpuBind::Node;
   std::optional<int> master_port;  // nullopt: a reserved free port
   std::string timeout = "3h";
   std::string grace = "30s";
-  std::string log_dir;   // "" means $SGPU_HOME/runs
-  env::Environment env;  // variables for every rank
+  std::string log_dir;                 // "" means $SGPU_HOME/runs
+  env::Environment env;                // variables for every rank
+  SshSpec ssh;
+  SlurmSpec slurm;
+  RendezvousSpec rendezvous;
+
+  // How each key that was set got its value, for messages: key ->
+  // "--gpus 4", "job.toml:4:8: resources.gpus = 4", "--set resources.gpus=4".
+  std::map<std::string, std::string, std::less<>> origins;
   // What the run shows (README "Output"); every rank is logged whatever these say.
   std::vector<int> console_ranks;      // ranks shown on the console; empty: all
   bool raw_output = false;             // one rank's bytes untouched, no prefix
   bool timestamps = false;             // time of arrival on each console line
   std::string output_format = "text";  // "json": one summary document on stdout
 };
+
+// origins[key], else `fallback` ("--gpus 4"): the start of an error message
+// about that setting.
+std::string where_set(const JobSpec& spec, std::string_view key, const std::string& fallback);
 
 }  // namespace sgpu::launcher
