@@ -74,8 +74,8 @@ struct JobSpec {
   std::optional<int> master_port;  // nullopt: a reserved free port
   std::string timeout = "3h";
   std::string grace = "30s";
-  std::string log_dir;                 // "" means $SGPU_HOME/runs
-  env::Environment env;                // variables for every rank
+  std::string log_dir;   // "" means $SGPU_HOME/runs
+  env::Environment env;  // variables for every rank
   SshSpec ssh;
   SlurmSpec slurm;
   RendezvousSpec rendezvous;
