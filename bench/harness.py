@@ -35,6 +35,7 @@ class Run:
     stderr: str
     timed_out: bool = False
     samples: list = dataclasses.field(default_factory=list)
+    own_cpu: float = None  # user+system seconds of the launcher alone, not of the processes it reaped
 
 
 @dataclasses.dataclass
@@ -82,6 +83,16 @@ def kill_tree(pid):
             pass
 
 
+def own_cpu_seconds(pid):
+    """utime + stime of a process that has exited and is not yet reaped; None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_once(argv, env, cwd, out_path, err_path, timeout, sampler=None, sample_every=0.2):
     """Runs argv once; wall time from spawn to reap (os.wait4, blocking, no polling).
 
@@ -112,6 +123,10 @@ def run_once(argv, env, cwd, out_path, err_path, timeout, sampler=None, sample_e
                     samples.append(s)
         sampler_thread = threading.Thread(target=sample_loop, daemon=True)
         sampler_thread.start()
+    # Exited but not reaped: /proc still holds the launcher's own CPU times
+    # (utime, stime; what it reaped is in cutime), which wait4's rusage mixes in.
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    own_cpu = own_cpu_seconds(proc.pid)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     ended = time.time()
@@ -122,7 +137,7 @@ def run_once(argv, env, cwd, out_path, err_path, timeout, sampler=None, sample_e
     proc.returncode = os.waitstatus_to_exitcode(status)
     return Run(wall=wall, returncode=proc.returncode, cpu=usage.ru_utime + usage.ru_stime,
                started=started, ended=ended, stdout=out_path, stderr=err_path,
-               timed_out=timed_out.is_set(), samples=samples)
+               timed_out=timed_out.is_set(), samples=samples, own_cpu=own_cpu)
 
 
 def rotated(items, i):

@@ -34,6 +34,24 @@ def cleanup(ctx):
         shutil.rmtree(path, ignore_errors=True)
 
 
+def sgpu_logs_problem(ctx, per_rank_bytes):
+    """sgpu also writes every byte to its run directory: each rank's stdout log must hold all of them."""
+    for r in range(N):
+        logs = glob.glob(os.path.join(ctx.env["SGPU_HOME"], "runs", "*", "ranks", str(r), "stdout"))
+        if len(logs) != 1:
+            return f"rank {r}: {len(logs)} stdout logs in the run directory, expected 1"
+        size = os.path.getsize(logs[0])
+        if size != per_rank_bytes:
+            return f"rank {r}'s stdout log holds {size} bytes, expected {per_rank_bytes}"
+    return ""
+
+
+def own_cpu_per_gib(row, total):
+    if row.peer.role == "floor" or not row.ok or not row.extra.get("own_cpu"):
+        return "-"
+    return f"{median(row.extra['own_cpu']) / (total / 2**30):.2f} s/GiB"
+
+
 def one_run(ctx, row, lines_per_rank):
     sink, err = os.path.join(ctx.work, "output.sink"), os.path.join(ctx.work, "output.err")
     cleanup(ctx)
@@ -47,8 +65,15 @@ def one_run(ctx, row, lines_per_rank):
         if newlines != expected:
             row.fail(f"{newlines} lines on stdout, expected {expected}")
             return
+        if row.peer.role == "sgpu":
+            problem = sgpu_logs_problem(ctx, lines_per_rank * LINE)
+            if problem:
+                row.fail(problem)
+                return
         row.values.append(run.wall)
         row.extra.setdefault("torn", []).append(expected - sum(intact))
+        if run.own_cpu is not None:
+            row.extra.setdefault("own_cpu", []).append(run.own_cpu)
     finally:
         os.remove(sink)
         cleanup(ctx)
@@ -76,11 +101,16 @@ def run(ctx):
     extra = [
         ("throughput", lambda r: f"{total / median(r.values) / 1e9:.2f} GB/s" if r.ok else "-"),
         ("torn lines", lambda r: str(max(r.extra["torn"])) if r.extra.get("torn") else "-"),
+        ("launcher's own CPU", lambda r: own_cpu_per_gib(r, total)),
     ]
     s.table = timing_table(rows, extra_cols=extra)
     s.commands = [shell(r.peer.argv).replace(ctx.work, "$WORK") + " > $WORK/output.sink" for r in rows]
-    s.notes.append("sgpu as on main when this ran: console only, no per-rank log files yet (issue 3 adds them; "
-                   "rerun `scripts/bench --only output` once it lands: sgpu will then do torchrun --tee's work).")
+    s.notes.append("sgpu, like torchrun --tee, writes every byte twice: to the console file and to per-rank log "
+                   "files in its run directory (each run checks that every rank's stdout log holds all its bytes); "
+                   "the floor writes each byte once.")
+    s.notes.append("'launcher's own CPU': user+system time of the launcher process alone (not of the ranks or other "
+                   "processes it reaped), read from /proc before it is reaped, per GiB forwarded. On a loaded "
+                   "machine it says more than the wall time: 1 / it is what one free core could forward.")
     base = rows[0]
     if not base.ok:
         s.sgpu_failure = base.failure
