@@ -47,6 +47,8 @@ int job_exit_code(const JobEnd& end) {
       return 128 + end.signal;
     case JobEnd::Kind::SpawnFailed:
       return end.spawn_errno == ENOENT ? kExitNotFound : kExitNotExecutable;
+    case JobEnd::Kind::NodeLost:
+      return 1;
   }
   return 1;
 }

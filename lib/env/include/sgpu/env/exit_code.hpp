@@ -27,12 +27,17 @@ std::string signal_name(int signal);
 
 // Why a job ended: the first of these to happen decides sgpu's exit code.
 struct JobEnd {
-  enum class Kind { Completed, RankFailed, TimedOut, Interrupted, SpawnFailed };
+  // NodeLost: a node's agent stopped answering (killed, network cut) or
+  // could not go on; its ranks' fate is unknown.
+  enum class Kind { Completed, RankFailed, TimedOut, Interrupted, SpawnFailed, NodeLost };
   Kind kind = Kind::Completed;
   int rank = -1;        // RankFailed, SpawnFailed
   ExitStatus status;    // RankFailed
   int signal = 0;       // Interrupted: the signal sgpu received
   int spawn_errno = 0;  // SpawnFailed
+  std::string host;     // multi-node: the node where it happened ("" on one node)
+  std::string reason;   // NodeLost: what the launcher saw
+  bool operator==(const JobEnd&) const = default;
 };
 
 int job_exit_code(const JobEnd& end);

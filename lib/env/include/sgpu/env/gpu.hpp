@@ -18,6 +18,7 @@ struct Gpu {
   std::string uuid;        // "GPU-8e3f..."
   std::string pci_bus_id;  // "00000000:18:00.0"
   bool visible = true;     // left visible by CUDA_VISIBLE_DEVICES
+  bool operator==(const Gpu&) const = default;
 };
 
 // "NVIDIA H100 80GB HBM3" -> "H100", "Tesla V100-SXM2-16GB" -> "V100",

@@ -1,0 +1,260 @@
+#pragma once
+// The rendezvous protocol between the launcher and its node agents.
+//
+// A frame is a 4-byte big-endian payload length, a 1-byte message type and the
+// payload. Before a peer has proven the run's secret its frames may be at most
+// kMaxHelloPayload bytes; after, kMaxPayload. The first frame each way is a
+// hello whose layout (magic, then version) never changes, so any two versions
+// can tell each other apart and say so. Conversation (agent -> launcher):
+//
+//   ClientHello ->        <- ServerHello (or Reject: wrong version)
+//   Auth ->               <- Welcome (or Reject: wrong secret)
+//   Join ->               ... every node joins ...   <- Assign
+//   Ready ->              ... every node is ready ... <- Start
+//   RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited,
+//   NodeTeardown ->       <- Signal
+//   NodeDone ->           ... every node is done ...  <- Finish
+//
+// Heartbeat flows both ways from Welcome on; Abort ends a rendezvous from
+// either side. encode() and decode() are pure and unit-tested; FrameDecoder
+// is the fuzzed entry point for bytes from the network.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "sgpu/env/exit_code.hpp"
+#include "sgpu/env/gpu.hpp"
+#include "sgpu/rendezvous/wire.hpp"
+
+namespace sgpu::rendezvous {
+
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::string_view kMagic = "SGPURDZV";
+inline constexpr std::size_t kFrameHeaderSize = 5;
+inline constexpr std::uint32_t kMaxHelloPayload = 1024;
+inline constexpr std::uint32_t kMaxPayload = 1U << 20;
+inline constexpr std::size_t kNonceSize = 32;
+inline constexpr std::size_t kProofSize = 32;  // HMAC-SHA256
+// Per-field limits: generous for real nodes, small enough that a frame can
+// never make the launcher allocate much.
+inline constexpr std::size_t kMaxNameBytes = 256;
+inline constexpr std::size_t kMaxAddresses = 64;
+inline constexpr std::size_t kMaxGpus = 256;
+inline constexpr std::size_t kMaxMessageBytes = 16 * 1024;
+inline constexpr std::size_t kMaxFileBytes = 256 * 1024;  // error.json, result
+inline constexpr std::size_t kMaxJobBytes = 512 * 1024;
+
+using Nonce = std::array<std::uint8_t, kNonceSize>;
+using Proof = std::array<std::uint8_t, kProofSize>;
+
+enum class MessageType : std::uint8_t {
+  ClientHello = 1,
+  ServerHello = 2,
+  Auth = 3,
+  Reject = 4,
+  Welcome = 5,
+  Join = 6,
+  Assign = 7,
+  Ready = 8,
+  Start = 9,
+  Abort = 10,
+  Heartbeat = 11,
+  RankStarted = 20,
+  RankOutput = 21,
+  RankOutputClosed = 22,
+  RankFile = 23,
+  RankExited = 24,
+  NodeTeardown = 25,
+  NodeDone = 26,
+  Signal = 30,
+  Finish = 31,
+};
+
+struct ClientHello {
+  std::uint16_t version = kProtocolVersion;
+  Nonce nonce{};
+  bool operator==(const ClientHello&) const = default;
+};
+
+// The launcher's proof binds the agent's nonce: an agent only obeys a
+// launcher that knows the secret.
+struct ServerHello {
+  std::uint16_t version = kProtocolVersion;
+  Nonce nonce{};
+  Proof proof{};
+  bool operator==(const ServerHello&) const = default;
+};
+
+struct Auth {
+  Proof proof{};
+  bool operator==(const Auth&) const = default;
+};
+
+// Sent before closing a connection that is refused: says why.
+struct Reject {
+  std::uint16_t version = kProtocolVersion;
+  std::string reason;
+  bool operator==(const Reject&) const = default;
+};
+
+struct Welcome {
+  std::string run_id;
+  std::uint32_t nnodes = 0;
+  std::uint32_t heartbeat_timeout_ms = 0;
+  std::string job;  // the launcher's job description (lib/launcher's format), opaque here
+  bool operator==(const Welcome&) const = default;
+};
+
+struct Join {
+  std::string name;      // how the launcher names this node (the backend's name, else hostname)
+  std::string hostname;  // gethostname()
+  std::vector<std::string> addresses;
+  std::vector<env::Gpu> gpus;
+  std::uint32_t local_ranks = 0;
+  std::int32_t node_rank = -1;  // -1: any
+  std::uint32_t nnodes = 0;     // what the agent was told the job has; 0: whatever the launcher says
+  std::int32_t pid = 0;
+  bool operator==(const Join&) const = default;
+};
+
+struct Assign {
+  std::uint32_t node_rank = 0;
+  std::uint32_t nnodes = 0;
+  std::uint32_t rank_base = 0;
+  std::uint32_t world_size = 0;
+  bool operator==(const Assign&) const = default;
+};
+
+struct Ready {
+  std::uint32_t master_port = 0;  // node 0: the port it reserved; others 0
+  bool operator==(const Ready&) const = default;
+};
+
+struct Start {
+  std::string master_addr;
+  std::uint32_t master_port = 0;
+  bool operator==(const Start&) const = default;
+};
+
+// A rendezvous that cannot go on: the launcher tells every agent why, or an
+// agent tells the launcher it cannot run its part. `exit_code` is sgpu's.
+struct Abort {
+  std::string message;
+  std::int32_t exit_code = 1;
+  bool operator==(const Abort&) const = default;
+};
+
+struct Heartbeat {
+  bool operator==(const Heartbeat&) const = default;
+};
+
+enum class OutputStream : std::uint8_t { Out = 0, Err = 1 };
+enum class RankFileKind : std::uint8_t { Error = 0, Result = 1 };
+
+struct RankStarted {
+  std::uint32_t rank = 0;
+  std::int32_t pid = 0;
+  bool operator==(const RankStarted&) const = default;
+};
+
+struct RankOutput {
+  std::uint32_t rank = 0;
+  OutputStream stream = OutputStream::Out;
+  std::string bytes;
+  bool operator==(const RankOutput&) const = default;
+};
+
+struct RankOutputClosed {
+  std::uint32_t rank = 0;
+  OutputStream stream = OutputStream::Out;
+  bool operator==(const RankOutputClosed&) const = default;
+};
+
+struct RankFile {
+  std::uint32_t rank = 0;
+  RankFileKind kind = RankFileKind::Error;
+  std::string content;
+  bool operator==(const RankFile&) const = default;
+};
+
+struct RankExited {
+  std::uint32_t rank = 0;
+  env::ExitStatus status;
+  bool terminated_by_sgpu = false;
+  bool operator==(const RankExited&) const = default;
+};
+
+// Why an agent began tearing its ranks down on its own (a local rank failed,
+// it got a signal, a rank could not start).
+struct NodeTeardown {
+  env::JobEnd cause;
+  std::string detail;
+  bool operator==(const NodeTeardown&) const = default;
+};
+
+struct NodeDone {
+  bool operator==(const NodeDone&) const = default;
+};
+
+enum class SignalMode : std::uint8_t {
+  Forward = 0,   // pass it to every rank as it is (SIGUSR1 for a checkpoint)
+  Teardown = 1,  // stop the job: this signal now, SIGKILL after the grace
+  Kill = 2,      // SIGKILL every rank now
+};
+
+struct Signal {
+  std::int32_t signal = 0;
+  SignalMode mode = SignalMode::Teardown;
+  bool operator==(const Signal&) const = default;
+};
+
+struct Finish {
+  std::int32_t exit_code = 0;
+  std::string summary;  // the launcher's one-line verdict, for the agent's log
+  bool operator==(const Finish&) const = default;
+};
+
+using Message = std::variant<ClientHello, ServerHello, Auth, Reject, Welcome, Join, Assign, Ready, Start, Abort,
+                             Heartbeat, RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited, NodeTeardown,
+                             NodeDone, Signal, Finish>;
+
+MessageType type_of(const Message& message);
+const char* type_name(MessageType type);
+
+// The whole frame: header and payload.
+std::string encode(const Message& message);
+
+// Decodes one payload. Throws ProtocolError for an unknown type, a truncated
+// or oversized field, or trailing bytes.
+Message decode(MessageType type, std::string_view payload);
+Message decode(std::uint8_t type, std::string_view payload);
+
+struct Frame {
+  std::uint8_t type = 0;
+  std::string payload;
+};
+
+// Cuts a byte stream into frames. The limit applies to the declared length,
+// so an oversized frame is refused before its bytes arrive.
+class FrameDecoder {
+ public:
+  explicit FrameDecoder(std::uint32_t max_payload) : max_payload_(max_payload) {}
+
+  void set_max_payload(std::uint32_t max_payload) { max_payload_ = max_payload; }
+  void feed(std::string_view bytes);
+  // The next whole frame, if one has arrived. Throws ProtocolError when the
+  // next frame declares a payload above the limit.
+  std::optional<Frame> next();
+  std::size_t buffered() const { return buffer_.size() - consumed_; }
+
+ private:
+  std::string buffer_;
+  std::size_t consumed_ = 0;
+  std::uint32_t max_payload_;
+};
+
+}  // namespace sgpu::rendezvous

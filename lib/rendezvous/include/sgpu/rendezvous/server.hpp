@@ -1,0 +1,93 @@
+#pragma once
+// The launcher's side of the rendezvous: a TCP server on the launcher's Asio
+// loop. It authenticates each agent, collects `nnodes` joins, assigns node
+// ranks and global rank bases, waits until every node is ready (node 0 has
+// reserved MASTER_PORT), then starts them all at once. During the run it
+// hands each node's messages to the ServerHandler and watches heartbeats.
+//
+// A peer that does not prove the secret, speaks another protocol version,
+// sends a malformed or oversized frame, or does not finish its hello within
+// the heartbeat timeout is refused and logged; nothing it sent is acted on,
+// and no other connection is affected.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "sgpu/env/gpu.hpp"
+#include "sgpu/rendezvous/auth.hpp"
+#include "sgpu/rendezvous/endpoint.hpp"
+#include "sgpu/rendezvous/protocol.hpp"
+
+namespace sgpu::rendezvous {
+
+struct ServerOptions {
+  std::uint32_t nnodes = 1;
+  std::vector<std::string> expected_names;  // by node rank, for messages; may be empty
+  std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
+  std::string run_id;
+  std::string job;          // sent to every agent in Welcome
+  std::string master_addr;  // --master-addr; "" chooses
+  std::size_t max_unauthenticated = 8192;
+};
+
+// A node as the launcher knows it once the rendezvous is done.
+struct NodeInfo {
+  std::uint32_t node_rank = 0;
+  std::uint32_t rank_base = 0;
+  std::uint32_t local_ranks = 0;
+  std::string name;
+  std::string hostname;
+  std::string peer_address;  // as the launcher saw its connection
+  std::vector<std::string> addresses;
+  std::vector<env::Gpu> gpus;
+};
+
+class ServerHandler {
+ public:
+  virtual ~ServerHandler() = default;
+  // Refused peers, nodes that left before the rendezvous completed.
+  virtual void on_notice(const std::string& text) = 0;
+  virtual void on_joined(std::size_t /*joined*/, std::uint32_t /*nnodes*/) {}
+  // Every node joined and is ready; Start has been sent to all.
+  virtual void on_started(const std::vector<NodeInfo>& nodes, const Start& start) = 0;
+  // A run-time message from an agent (RankOutput, RankExited, NodeDone, Abort, ...).
+  virtual void on_node_message(std::uint32_t node_rank, Message&& message) = 0;
+  // A started node's connection dropped or went silent.
+  virtual void on_node_lost(std::uint32_t node_rank, const std::string& why) = 0;
+  // The rendezvous cannot complete (timeout, conflicting requests, an agent
+  // that cannot run); every agent has been sent Abort.
+  virtual void on_failed(const std::string& message, int exit_code) = 0;
+};
+
+class RendezvousServer {
+ public:
+  // Binds and listens at once (so the port is known); `bind.host` "" means
+  // every interface, `bind.port` 0 a free port. Throws sgpu::Error.
+  RendezvousServer(boost::asio::io_context& io, const Endpoint& bind, Secret secret, ServerOptions options,
+                   ServerHandler& handler);
+  ~RendezvousServer();
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  int port() const;
+  void start();
+
+  void send(std::uint32_t node_rank, const Message& message);
+  void broadcast(const Message& message);
+  // Sends Finish to every connected node and lets each connection close once
+  // it is written; stops accepting and heartbeating.
+  void finish(const Finish& finish);
+  // Ends the rendezvous from the launcher's side: Abort to every agent.
+  void abort(const std::string& message, int exit_code);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sgpu::rendezvous

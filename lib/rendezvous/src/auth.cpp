@@ -1,0 +1,135 @@
+#include "sgpu/rendezvous/auth.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include "sgpu/env/error.hpp"
+
+namespace sgpu::rendezvous {
+namespace {
+
+constexpr std::string_view kServerLabel = "sgpu-rdzv-v1 launcher";
+constexpr std::string_view kClientLabel = "sgpu-rdzv-v1 agent";
+
+void random_bytes(unsigned char* out, std::size_t n) {
+  if (RAND_bytes(out, static_cast<int>(n)) != 1)
+    throw Error("cannot read the OS random source (OpenSSL RAND_bytes)", 1);
+}
+
+Proof mac(const Secret& secret, std::string_view label, const Nonce& first, const Nonce& second) {
+  std::string message(label);
+  message.append(reinterpret_cast<const char*>(first.data()), first.size());
+  message.append(reinterpret_cast<const char*>(second.data()), second.size());
+  Proof out{};
+  unsigned int len = 0;
+  const auto& key = secret.text();
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), out.data(), &len) == nullptr ||
+      len != out.size())
+    throw Error("HMAC-SHA256 failed (OpenSSL)", 1);
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+constexpr std::string_view kMakeOne = "make one with: (umask 077; openssl rand -hex 32 > FILE)";
+
+}  // namespace
+
+Secret Secret::generate() {
+  unsigned char bytes[32];
+  random_bytes(bytes, sizeof bytes);
+  std::string hex;
+  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  return Secret(std::move(hex));
+}
+
+Secret Secret::from_text(std::string_view text, std::string_view source) {
+  auto key = trim(text);
+  if (key.size() < kMinSecretChars)
+    throw Error(fmt::format("{}: the rendezvous secret has {} characters, fewer than {}; {}", source, key.size(),
+                            kMinSecretChars, kMakeOne));
+  return Secret(std::string(key));
+}
+
+Secret load_secret_file(const std::string& path, std::string_view flag) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) throw Error(fmt::format("{} {}: cannot open: {}", flag, path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("{} {}: not a regular file", flag, path));
+  }
+  if (st.st_uid != ::geteuid()) {
+    ::close(fd);
+    throw Error(fmt::format("{} {}: owned by uid {}, not by this user (uid {}); the secret must be yours alone", flag,
+                            path, st.st_uid, ::geteuid()));
+  }
+  if ((st.st_mode & 077) != 0) {
+    ::close(fd);
+    throw Error(fmt::format("{} {}: others can read it (mode {:04o}); run: chmod 600 {}", flag, path,
+                            st.st_mode & 07777, path));
+  }
+  std::string text(4096, '\0');
+  ssize_t n = ::read(fd, text.data(), text.size());
+  int err = errno;
+  ::close(fd);
+  if (n < 0) throw Error(fmt::format("{} {}: cannot read: {}", flag, path, std::strerror(err)));
+  text.resize(static_cast<std::size_t>(n));
+  return Secret::from_text(text, fmt::format("{} {}", flag, path));
+}
+
+void write_secret_file(const std::string& path, const Secret& secret) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw Error(fmt::format("cannot create the secret file {}: {}", path, std::strerror(errno)), 1);
+  std::string text = secret.text() + "\n";
+  ssize_t n = ::write(fd, text.data(), text.size());
+  int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size()))
+    throw Error(fmt::format("cannot write the secret file {}: {}", path, std::strerror(err)), 1);
+}
+
+Secret find_secret(const env::Environment& environment, const std::string& file, std::string_view flag) {
+  if (!file.empty()) return load_secret_file(file, flag);
+  if (auto it = environment.find(kSecretEnvVar); it != environment.end())
+    return Secret::from_text(it->second, kSecretEnvVar);
+  throw Error(
+      fmt::format("a multi-node run needs the rendezvous secret shared by every node: give {} FILE (mode 0600) "
+                  "or set {}; {}",
+                  flag, kSecretEnvVar, kMakeOne));
+}
+
+Nonce make_nonce() {
+  Nonce n{};
+  random_bytes(n.data(), n.size());
+  return n;
+}
+
+Proof server_proof(const Secret& secret, const Nonce& client_nonce, const Nonce& server_nonce) {
+  return mac(secret, kServerLabel, client_nonce, server_nonce);
+}
+
+Proof client_proof(const Secret& secret, const Nonce& server_nonce, const Nonce& client_nonce) {
+  return mac(secret, kClientLabel, server_nonce, client_nonce);
+}
+
+bool proof_matches(const Proof& expected, const Proof& received) {
+  return CRYPTO_memcmp(expected.data(), received.data(), expected.size()) == 0;
+}
+
+}  // namespace sgpu::rendezvous

@@ -1,0 +1,281 @@
+#include "sgpu/rendezvous/client.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/rendezvous/framed_socket.hpp"
+
+namespace sgpu::rendezvous {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+constexpr auto kFirstRetry = std::chrono::milliseconds(100);
+constexpr auto kMaxRetry = std::chrono::seconds(2);
+
+std::string duration_text(std::chrono::milliseconds d) {
+  return env::format_duration(std::chrono::duration_cast<env::Seconds>(d));
+}
+}  // namespace
+
+struct RendezvousClient::Impl {
+  enum class State { Connecting, Hello, AwaitWelcome, Joined, Ready, Running, Closed };
+
+  asio::io_context& io;
+  ClientOptions options;
+  Secret secret;
+  ClientHandler& handler;
+  tcp::resolver resolver;
+  std::unique_ptr<tcp::socket> connecting;
+  std::shared_ptr<FramedSocket> socket;
+  asio::steady_timer join_deadline;
+  asio::steady_timer retry_timer;
+  asio::steady_timer liveness;
+  asio::steady_timer heartbeat;
+  std::shared_ptr<int> token = std::make_shared<int>(0);
+  Nonce nonce{};
+  State state = State::Connecting;
+  std::chrono::milliseconds heartbeat_timeout;
+  std::chrono::milliseconds retry_delay = kFirstRetry;
+  std::string last_error = "no answer";
+
+  Impl(asio::io_context& io_, ClientOptions o, Secret s, ClientHandler& h)
+      : io(io_),
+        options(std::move(o)),
+        secret(std::move(s)),
+        handler(h),
+        resolver(io_),
+        join_deadline(io_),
+        retry_timer(io_),
+        liveness(io_),
+        heartbeat(io_),
+        heartbeat_timeout(options.hello_timeout) {}
+
+  std::weak_ptr<int> guard() const { return token; }
+  std::string where() const { return options.endpoint.str(); }
+
+  void start() {
+    join_deadline.expires_after(options.join_timeout);
+    join_deadline.async_wait([this, g = guard()](boost::system::error_code ec) {
+      if (ec || g.expired() || state > State::AwaitWelcome) return;
+      end(fmt::format("cannot reach the rendezvous at {} within {} (--join-timeout): {}", where(),
+                      duration_text(options.join_timeout), last_error),
+          1);
+    });
+    connect();
+  }
+
+  void connect() {
+    resolver.async_resolve(
+        options.endpoint.host, std::to_string(options.endpoint.port),
+        [this, g = guard()](boost::system::error_code ec, const tcp::resolver::results_type& results) {
+          if (g.expired() || state != State::Connecting) return;
+          if (ec) {
+            retry(fmt::format("cannot resolve {}: {}", options.endpoint.host, ec.message()));
+            return;
+          }
+          connecting = std::make_unique<tcp::socket>(io);
+          asio::async_connect(*connecting, results, [this, g](boost::system::error_code cec, const tcp::endpoint&) {
+            if (g.expired() || state != State::Connecting) return;
+            if (cec) {
+              retry(cec.message());
+              return;
+            }
+            connected();
+          });
+        });
+  }
+
+  void retry(const std::string& why) {
+    last_error = why;
+    retry_timer.expires_after(retry_delay);
+    retry_delay = std::min<std::chrono::milliseconds>(retry_delay * 2, kMaxRetry);
+    retry_timer.async_wait([this, g = guard()](boost::system::error_code ec) {
+      if (!ec && !g.expired() && state == State::Connecting) connect();
+    });
+  }
+
+  void connected() {
+    socket = std::make_shared<FramedSocket>(std::move(*connecting), kMaxHelloPayload);
+    connecting.reset();
+    state = State::Hello;
+    socket->start([this](std::uint8_t type, std::string_view payload) { on_frame(type, payload); },
+                  [this](const std::string& why) { end(fmt::format("lost the launcher at {}: {}", where(), why), 1); });
+    nonce = make_nonce();
+    socket->send(ClientHello{kProtocolVersion, nonce});
+    arm_liveness();
+  }
+
+  void arm_liveness() {
+    liveness.expires_at(socket->last_received() + heartbeat_timeout);
+    liveness.async_wait([this, g = guard()](boost::system::error_code ec) {
+      if (ec || g.expired() || state == State::Closed) return;
+      if (SteadyClock::now() < socket->last_received() + heartbeat_timeout) {
+        arm_liveness();
+        return;
+      }
+      end(fmt::format("lost the launcher at {}: no message for {}", where(), duration_text(heartbeat_timeout)), 1);
+    });
+  }
+
+  void arm_heartbeat() {
+    heartbeat.expires_after(heartbeat_timeout / 4);
+    heartbeat.async_wait([this, g = guard()](boost::system::error_code ec) {
+      if (ec || g.expired() || state == State::Closed) return;
+      socket->send(Heartbeat{});
+      arm_heartbeat();
+    });
+  }
+
+  void stop_timers() {
+    join_deadline.cancel();
+    retry_timer.cancel();
+    liveness.cancel();
+    heartbeat.cancel();
+  }
+
+  void end(const std::string& why, int exit_code) {
+    if (state == State::Closed) return;
+    state = State::Closed;
+    stop_timers();
+    resolver.cancel();
+    if (connecting) connecting->close();
+    if (socket) socket->close_after_flush(std::chrono::seconds(1));
+    handler.on_lost(why, exit_code);
+  }
+
+  // The handler refused to go on: tell the launcher, then end.
+  void abort(const Error& e) {
+    socket->send(Abort{e.what(), e.exit_code()});
+    end(e.what(), e.exit_code());
+  }
+
+  [[noreturn]] static void unexpected(const Message& m, const char* when) {
+    throw ProtocolError(fmt::format("unexpected {} {}", type_name(type_of(m)), when));
+  }
+
+  void on_frame(std::uint8_t type, std::string_view payload) {
+    auto m = decode(type, payload);
+    if (const auto* reject = std::get_if<Reject>(&m)) {
+      end(fmt::format("the launcher at {} refused this agent: {}", where(), reject->reason), kExitUsage);
+      return;
+    }
+    if (const auto* abort = std::get_if<Abort>(&m)) {
+      end(abort->message, abort->exit_code);
+      return;
+    }
+    switch (state) {
+      case State::Hello:
+        return on_server_hello(m);
+      case State::AwaitWelcome:
+        return on_welcome(m);
+      case State::Joined:
+        if (std::holds_alternative<Heartbeat>(m)) return;
+        if (const auto* assign = std::get_if<Assign>(&m)) {
+          Ready ready;
+          try {
+            ready = handler.on_assign(*assign);
+          } catch (const Error& e) {
+            abort(e);
+            return;
+          }
+          state = State::Ready;
+          socket->send(ready);
+          return;
+        }
+        unexpected(m, "before the assignment");
+      case State::Ready:
+        if (std::holds_alternative<Heartbeat>(m)) return;
+        if (const auto* start = std::get_if<Start>(&m)) {
+          state = State::Running;
+          handler.on_start(*start);
+          return;
+        }
+        unexpected(m, "before the start");
+      case State::Running:
+        if (std::holds_alternative<Heartbeat>(m)) return;
+        if (std::holds_alternative<Signal>(m) || std::holds_alternative<Finish>(m)) {
+          handler.on_message(std::move(m));
+          return;
+        }
+        unexpected(m, "during the run");
+      case State::Connecting:
+      case State::Closed:
+        return;
+    }
+  }
+
+  void on_server_hello(const Message& m) {
+    const auto* hello = std::get_if<ServerHello>(&m);
+    if (hello == nullptr) unexpected(m, "before the launcher's hello");
+    if (hello->version != kProtocolVersion) {
+      end(fmt::format("the launcher at {} speaks rendezvous protocol version {}, this agent speaks {}: run the same "
+                      "sgpu version on every node",
+                      where(), hello->version, kProtocolVersion),
+          kExitUsage);
+      return;
+    }
+    if (!proof_matches(server_proof(secret, nonce, hello->nonce), hello->proof)) {
+      end(fmt::format("the launcher at {} does not know this run's secret: check {} or --rdzv-secret-file on this "
+                      "node and the launcher's",
+                      where(), kSecretEnvVar),
+          kExitUsage);
+      return;
+    }
+    socket->send(Auth{client_proof(secret, hello->nonce, nonce)});
+    state = State::AwaitWelcome;
+  }
+
+  void on_welcome(const Message& m) {
+    const auto* welcome = std::get_if<Welcome>(&m);
+    if (welcome == nullptr) unexpected(m, "before the welcome");
+    join_deadline.cancel();
+    socket->set_max_payload(kMaxPayload);
+    if (welcome->heartbeat_timeout_ms > 0) heartbeat_timeout = std::chrono::milliseconds(welcome->heartbeat_timeout_ms);
+    arm_heartbeat();
+    Join join;
+    try {
+      join = handler.on_welcome(*welcome);
+    } catch (const Error& e) {
+      abort(e);
+      return;
+    }
+    state = State::Joined;
+    socket->send(join);
+  }
+};
+
+RendezvousClient::RendezvousClient(asio::io_context& io, ClientOptions options, Secret secret, ClientHandler& handler)
+    : impl_(std::make_unique<Impl>(io, std::move(options), std::move(secret), handler)) {}
+
+RendezvousClient::~RendezvousClient() {
+  auto& s = *impl_;
+  s.stop_timers();
+  // A socket still flushing its last frames (Abort, after Finish) is left to
+  // finish on its own; it no longer calls back into this client.
+  if (s.socket && s.socket->is_open()) s.socket->close();
+  if (s.connecting) s.connecting->close();
+}
+
+void RendezvousClient::start() { impl_->start(); }
+
+void RendezvousClient::send(const Message& message) {
+  if (impl_->socket && impl_->state != Impl::State::Closed) impl_->socket->send(message);
+}
+
+void RendezvousClient::close() {
+  auto& s = *impl_;
+  if (s.state == Impl::State::Closed) return;
+  s.state = Impl::State::Closed;
+  s.stop_timers();
+  if (s.socket) s.socket->close_after_flush(std::chrono::seconds(1));
+}
+
+}  // namespace sgpu::rendezvous

@@ -1,0 +1,503 @@
+#include "sgpu/rendezvous/server.hpp"
+
+#include <unistd.h>
+#include <algorithm>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/rendezvous/assignment.hpp"
+#include "sgpu/rendezvous/framed_socket.hpp"
+
+namespace sgpu::rendezvous {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+constexpr auto kLinger = std::chrono::seconds(2);
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  return env::format_duration(std::chrono::duration_cast<env::Seconds>(d));
+}
+}  // namespace
+
+struct RendezvousServer::Impl {
+  enum class Phase { Joining, Preparing, Running, Finishing, Stopped };
+  enum class State { Hello, Auth, Join, Joined, Assigned, Ready, Running, Done };
+
+  struct Peer {
+    std::uint64_t id = 0;
+    std::shared_ptr<FramedSocket> socket;
+    State state = State::Hello;
+    Nonce client_nonce{};
+    Nonce server_nonce{};
+    Join join;
+    std::uint32_t node_rank = 0;
+    std::uint32_t master_port = 0;
+    SteadyClock::time_point accepted;
+    asio::steady_timer liveness;
+    explicit Peer(asio::io_context& io) : liveness(io) {}
+    bool authenticated() const { return state >= State::Join; }
+    std::string label() const {
+      return join.name.empty() ? socket->peer() : fmt::format("{} ({})", join.name, socket->peer());
+    }
+  };
+
+  asio::io_context& io;
+  Secret secret;
+  ServerOptions options;
+  ServerHandler& handler;
+  tcp::acceptor acceptor;
+  asio::steady_timer join_timer;
+  asio::steady_timer heartbeat_timer;
+  std::shared_ptr<int> token = std::make_shared<int>(0);  // handlers check it is still alive
+  std::unordered_map<std::uint64_t, std::unique_ptr<Peer>> peers;
+  std::vector<Peer*> joined;  // arrival order, until assignment
+  std::vector<Peer*> nodes;   // by node rank, after assignment
+  std::uint64_t next_id = 1;
+  std::size_t unauthenticated = 0;
+  std::size_t ready = 0;
+  int bound_port = 0;
+  Phase phase = Phase::Joining;
+
+  Impl(asio::io_context& io_, const Endpoint& bind, Secret s, ServerOptions o, ServerHandler& h)
+      : io(io_),
+        secret(std::move(s)),
+        options(std::move(o)),
+        handler(h),
+        acceptor(io_),
+        join_timer(io_),
+        heartbeat_timer(io_) {
+    boost::system::error_code ec;
+    tcp::endpoint ep;
+    if (bind.host.empty()) {
+      ep = tcp::endpoint(tcp::v6(), static_cast<unsigned short>(bind.port));
+    } else {
+      auto addr = asio::ip::make_address(bind.host, ec);
+      if (ec) throw Error(fmt::format("rendezvous address {}: not an IP address", bind.host));
+      ep = tcp::endpoint(addr, static_cast<unsigned short>(bind.port));
+    }
+    acceptor.open(ep.protocol(), ec);
+    if (ec && bind.host.empty()) {  // no IPv6 on this node
+      ep = tcp::endpoint(tcp::v4(), static_cast<unsigned short>(bind.port));
+      acceptor.open(ep.protocol(), ec);
+    }
+    if (!ec && ep.protocol() == tcp::v6()) acceptor.set_option(asio::ip::v6_only(false), ec);
+    if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor.bind(ep, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+      throw Error(fmt::format("cannot listen for the rendezvous on {}: {}",
+                              Endpoint{bind.host.empty() ? "*" : bind.host, bind.port}.str(), ec.message()),
+                  bind.port != 0 ? kExitUsage : 1);
+    bound_port = acceptor.local_endpoint(ec).port();
+  }
+
+  std::weak_ptr<int> guard() const { return token; }
+
+  void start() {
+    accept();
+    join_timer.expires_after(options.join_timeout);
+    join_timer.async_wait([this, g = guard()](boost::system::error_code ec) {
+      if (ec || g.expired()) return;
+      on_join_timeout();
+    });
+    arm_heartbeat();
+  }
+
+  void accept() {
+    acceptor.async_accept([this, g = guard()](boost::system::error_code ec, tcp::socket socket) {
+      if (g.expired() || phase == Phase::Stopped || phase == Phase::Finishing) return;
+      if (!ec) on_accept(std::move(socket));
+      if (ec != asio::error::operation_aborted) accept();
+    });
+  }
+
+  void on_accept(tcp::socket socket) {
+    auto fs = std::make_shared<FramedSocket>(std::move(socket), kMaxHelloPayload);
+    if (unauthenticated >= options.max_unauthenticated) {
+      handler.on_notice(fmt::format("refused rendezvous peer {}: {} connections are already waiting to authenticate",
+                                    fs->peer(), unauthenticated));
+      fs->close();
+      return;
+    }
+    auto peer = std::make_unique<Peer>(io);
+    peer->id = next_id++;
+    peer->socket = fs;
+    peer->accepted = SteadyClock::now();
+    auto id = peer->id;
+    ++unauthenticated;
+    peers.emplace(id, std::move(peer));
+    fs->start([this, id](std::uint8_t type, std::string_view payload) { on_frame(id, type, payload); },
+              [this, id](const std::string& why) { on_closed(id, why); });
+    arm_liveness(*peers.at(id));
+  }
+
+  // Before authentication the deadline runs from the accept and nothing the
+  // peer sends moves it (a client that dribbles bytes is still dropped);
+  // after, it runs from the last frame received.
+  SteadyClock::time_point deadline(const Peer& p) const {
+    return (p.authenticated() ? p.socket->last_received() : p.accepted) + options.heartbeat_timeout;
+  }
+
+  void arm_liveness(Peer& p) {
+    p.liveness.expires_at(deadline(p));
+    p.liveness.async_wait([this, g = guard(), id = p.id](boost::system::error_code ec) {
+      if (ec || g.expired()) return;
+      auto it = peers.find(id);
+      if (it == peers.end()) return;
+      auto& peer = *it->second;
+      if (SteadyClock::now() < deadline(peer)) {
+        arm_liveness(peer);
+        return;
+      }
+      if (!peer.authenticated()) {
+        drop(peer, fmt::format("refused rendezvous peer {}: no authenticated hello within {}", peer.socket->peer(),
+                               seconds_text(options.heartbeat_timeout)));
+        return;
+      }
+      lost(peer, fmt::format("no message for {} (--heartbeat-timeout)", seconds_text(options.heartbeat_timeout)));
+    });
+  }
+
+  void arm_heartbeat() {
+    heartbeat_timer.expires_after(options.heartbeat_timeout / 4);
+    heartbeat_timer.async_wait([this, g = guard()](boost::system::error_code ec) {
+      if (ec || g.expired() || phase == Phase::Stopped || phase == Phase::Finishing) return;
+      for (auto& [id, p] : peers)
+        if (p->authenticated()) p->socket->send(Heartbeat{});
+      arm_heartbeat();
+    });
+  }
+
+  void erase(Peer& p) {
+    if (!p.authenticated()) --unauthenticated;
+    p.liveness.cancel();
+    p.socket->close();
+    std::erase(joined, &p);
+    peers.erase(p.id);  // p is gone after this line
+  }
+
+  // A peer refused before it took part: log, tell it why if it can read us, close.
+  void refuse(Peer& p, const std::string& notice, const std::string& reason) {
+    handler.on_notice(notice);
+    p.socket->send(Reject{kProtocolVersion, reason});
+    p.socket->close_after_flush(std::chrono::milliseconds(200));
+    if (!p.authenticated()) --unauthenticated;
+    p.state = State::Done;  // never counted again
+    p.liveness.cancel();
+    std::erase(joined, &p);
+    auto socket = p.socket;
+    peers.erase(p.id);
+  }
+
+  void drop(Peer& p, const std::string& notice) {
+    handler.on_notice(notice);
+    erase(p);
+  }
+
+  // A joined node's connection is gone.
+  void lost(Peer& p, const std::string& why) {
+    switch (p.state) {
+      case State::Hello:
+      case State::Auth:
+        drop(p, fmt::format("rendezvous peer {} went away before authenticating: {}", p.socket->peer(), why));
+        return;
+      case State::Join:
+        drop(p, fmt::format("rendezvous peer {} went away before joining: {}", p.socket->peer(), why));
+        return;
+      case State::Joined:
+        drop(p, fmt::format("node {} left before the rendezvous completed: {}", p.label(), why));
+        if (options.nnodes > 0) handler.on_joined(joined.size(), options.nnodes);
+        return;
+      case State::Assigned:
+      case State::Ready: {
+        auto message =
+            fmt::format("node {} (node rank {}) was lost during the rendezvous: {}", p.label(), p.node_rank, why);
+        fail(message, 1);
+        return;
+      }
+      case State::Running: {
+        auto rank = p.node_rank;
+        p.liveness.cancel();
+        p.socket->close();
+        p.state = State::Done;
+        handler.on_node_lost(rank, why);
+        return;
+      }
+      case State::Done:
+        p.liveness.cancel();
+        p.socket->close();
+        return;
+    }
+  }
+
+  void on_closed(std::uint64_t id, const std::string& why) {
+    auto it = peers.find(id);
+    if (it == peers.end()) return;
+    lost(*it->second, why);
+  }
+
+  void on_frame(std::uint64_t id, std::uint8_t raw_type, std::string_view payload) {
+    auto it = peers.find(id);
+    if (it == peers.end()) return;
+    auto& p = *it->second;
+    auto message = decode(raw_type, payload);  // ProtocolError closes this connection
+    switch (p.state) {
+      case State::Hello:
+        return on_hello(p, message);
+      case State::Auth:
+        return on_auth(p, message);
+      case State::Join:
+        return on_join(p, std::move(message));
+      case State::Joined:
+      case State::Assigned:
+      case State::Ready:
+        return on_preparing(p, std::move(message));
+      case State::Running:
+      case State::Done:
+        return on_running(p, std::move(message));
+    }
+  }
+
+  [[noreturn]] static void unexpected(const Message& m, const char* when) {
+    throw ProtocolError(fmt::format("unexpected {} {}", type_name(type_of(m)), when));
+  }
+
+  void on_hello(Peer& p, const Message& m) {
+    const auto* hello = std::get_if<ClientHello>(&m);
+    if (hello == nullptr) unexpected(m, "before the hello");
+    if (hello->version != kProtocolVersion) {
+      refuse(p,
+             fmt::format("refused rendezvous peer {}: it speaks protocol version {}, this launcher speaks {}",
+                         p.socket->peer(), hello->version, kProtocolVersion),
+             fmt::format("this launcher speaks rendezvous protocol version {}, the agent {}: run the same sgpu "
+                         "version on every node",
+                         kProtocolVersion, hello->version));
+      return;
+    }
+    p.client_nonce = hello->nonce;
+    p.server_nonce = make_nonce();
+    p.socket->send(ServerHello{kProtocolVersion, p.server_nonce, server_proof(secret, p.client_nonce, p.server_nonce)});
+    p.state = State::Auth;
+  }
+
+  void on_auth(Peer& p, const Message& m) {
+    const auto* auth = std::get_if<Auth>(&m);
+    if (auth == nullptr) unexpected(m, "before authentication");
+    if (!proof_matches(client_proof(secret, p.server_nonce, p.client_nonce), auth->proof)) {
+      refuse(p, fmt::format("refused rendezvous peer {}: it does not know the run's secret", p.socket->peer()),
+             "authentication failed: this agent does not have the run's secret");
+      return;
+    }
+    if (phase != Phase::Joining) {
+      refuse(p, fmt::format("refused rendezvous peer {}: the rendezvous is already complete", p.socket->peer()),
+             "the rendezvous is already complete: every node of this run has joined");
+      return;
+    }
+    --unauthenticated;
+    p.state = State::Join;
+    p.socket->set_max_payload(kMaxPayload);
+    p.socket->send(Welcome{options.run_id, options.nnodes,
+                           static_cast<std::uint32_t>(options.heartbeat_timeout.count()), options.job});
+  }
+
+  void on_join(Peer& p, Message&& m) {
+    auto* join = std::get_if<Join>(&m);
+    if (join == nullptr) {
+      if (std::holds_alternative<Heartbeat>(m)) return;
+      if (const auto* abort = std::get_if<Abort>(&m)) {
+        fail(abort->message, abort->exit_code);  // the agent's message names its node
+        return;
+      }
+      unexpected(m, "before the join");
+    }
+    if (join->name.empty()) join->name = join->hostname.empty() ? p.socket->peer_address() : join->hostname;
+    std::vector<Join> in;
+    in.reserve(joined.size());
+    for (const auto* j : joined) in.push_back(j->join);
+    auto check = check_join(in, *join, options.nnodes);
+    switch (check.kind) {
+      case JoinCheck::Kind::Refuse:
+        refuse(p, fmt::format("refused node {} ({}): {}", join->name, p.socket->peer(), check.message), check.message);
+        return;
+      case JoinCheck::Kind::Conflict:
+        fail(check.message, kExitUsage);
+        return;
+      case JoinCheck::Kind::Accept:
+        break;
+    }
+    p.join = std::move(*join);
+    p.state = State::Joined;
+    joined.push_back(&p);
+    handler.on_joined(joined.size(), options.nnodes);
+    if (joined.size() == options.nnodes) assign();
+  }
+
+  void assign() {
+    std::vector<Join> in;
+    in.reserve(joined.size());
+    for (const auto* j : joined) in.push_back(j->join);
+    auto ranks = assign_node_ranks(in, options.nnodes);
+    nodes.assign(options.nnodes, nullptr);
+    for (std::size_t i = 0; i < joined.size(); ++i) {
+      joined[i]->node_rank = ranks[i];
+      nodes[ranks[i]] = joined[i];
+    }
+    std::vector<std::uint32_t> local;
+    for (const auto* n : nodes) local.push_back(n->join.local_ranks);
+    auto bases = rank_bases(local);
+    auto world = bases.back() + local.back();
+    phase = Phase::Preparing;
+    for (auto* n : nodes) {
+      n->state = State::Assigned;
+      n->socket->send(Assign{n->node_rank, options.nnodes, bases[n->node_rank], world});
+    }
+    joined.clear();
+  }
+
+  void on_preparing(Peer& p, Message&& m) {
+    if (std::holds_alternative<Heartbeat>(m)) return;
+    if (const auto* abort = std::get_if<Abort>(&m)) {
+      fail(abort->message, abort->exit_code);
+      return;
+    }
+    const auto* r = std::get_if<Ready>(&m);
+    if (r == nullptr || p.state != State::Assigned) unexpected(m, "while preparing");
+    p.master_port = r->master_port;
+    p.state = State::Ready;
+    if (p.node_rank == 0 && (r->master_port == 0 || r->master_port > 65535))
+      throw ProtocolError(fmt::format("node 0 reported MASTER_PORT {}", r->master_port));
+    if (++ready == options.nnodes) start_all();
+  }
+
+  void start_all() {
+    MasterAddrInputs in;
+    in.override_addr = options.master_addr;
+    in.node0_peer = nodes[0]->socket->peer_address();
+    for (const auto* n : nodes) {
+      if (n->node_rank != 0) in.launcher_addresses_seen.push_back(n->socket->local_address());
+      if (in.launcher_addresses_seen.size() >= 8) break;
+    }
+    Start start{choose_master_addr(in), nodes[0]->master_port};
+    phase = Phase::Running;
+    boost::system::error_code ignored;
+    acceptor.close(ignored);  // the run has its nodes: later peers are turned away by the kernel
+    join_timer.cancel();
+    std::vector<NodeInfo> infos;
+    infos.reserve(nodes.size());
+    auto world_base = 0U;
+    for (auto* n : nodes) {
+      n->state = State::Running;
+      n->socket->send(start);
+      infos.push_back(NodeInfo{n->node_rank, world_base, n->join.local_ranks, n->join.name, n->join.hostname,
+                               n->socket->peer_address(), n->join.addresses, n->join.gpus});
+      world_base += n->join.local_ranks;
+    }
+    handler.on_started(infos, start);
+  }
+
+  void on_running(Peer& p, Message&& m) {
+    if (std::holds_alternative<Heartbeat>(m)) return;
+    if (p.state == State::Done) return;  // lost or finished: nothing it sends counts any more
+    if (std::holds_alternative<NodeDone>(m)) p.state = State::Done;
+    switch (type_of(m)) {
+      case MessageType::RankStarted:
+      case MessageType::RankOutput:
+      case MessageType::RankOutputClosed:
+      case MessageType::RankFile:
+      case MessageType::RankExited:
+      case MessageType::NodeTeardown:
+      case MessageType::NodeDone:
+      case MessageType::Abort:
+        handler.on_node_message(p.node_rank, std::move(m));
+        return;
+      default:
+        unexpected(m, "during the run");
+    }
+  }
+
+  void on_join_timeout() {
+    if (phase == Phase::Joining) {
+      std::vector<Join> in;
+      for (const auto* j : joined) in.push_back(j->join);
+      fail(fmt::format("the rendezvous timed out after {} (--join-timeout): {}", seconds_text(options.join_timeout),
+                       describe_missing(in, options.nnodes, options.expected_names)),
+           1);
+    } else if (phase == Phase::Preparing) {
+      std::vector<std::string> slow;
+      for (const auto* n : nodes)
+        if (n->state != State::Ready) slow.push_back(fmt::format("{} (node rank {})", n->join.name, n->node_rank));
+      fail(fmt::format("the rendezvous timed out after {} (--join-timeout): every node joined but {} never got ready",
+                       seconds_text(options.join_timeout), fmt::join(slow, ", ")),
+           1);
+    }
+  }
+
+  void close_all(const Message* last) {
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    join_timer.cancel();
+    heartbeat_timer.cancel();
+    for (auto& [id, p] : peers) {
+      p->liveness.cancel();
+      if (last != nullptr && p->authenticated() && p->socket->is_open()) {
+        p->socket->send(*last);
+        p->socket->close_after_flush(kLinger);
+      } else if (p->socket->is_open()) {
+        p->socket->close();  // one still flushing its last frames is left to finish
+      }
+    }
+  }
+
+  void fail(const std::string& message, int exit_code) {
+    if (phase == Phase::Stopped) return;
+    phase = Phase::Stopped;
+    Message abort = Abort{message, exit_code};
+    close_all(&abort);
+    handler.on_failed(message, exit_code);
+  }
+};
+
+RendezvousServer::RendezvousServer(asio::io_context& io, const Endpoint& bind, Secret secret, ServerOptions options,
+                                   ServerHandler& handler)
+    : impl_(std::make_unique<Impl>(io, bind, std::move(secret), std::move(options), handler)) {}
+
+RendezvousServer::~RendezvousServer() {
+  if (impl_->phase != Impl::Phase::Stopped) impl_->close_all(nullptr);
+}
+
+int RendezvousServer::port() const { return impl_->bound_port; }
+
+void RendezvousServer::start() { impl_->start(); }
+
+void RendezvousServer::send(std::uint32_t node_rank, const Message& message) {
+  if (node_rank < impl_->nodes.size() && impl_->nodes[node_rank] != nullptr)
+    impl_->nodes[node_rank]->socket->send(message);
+}
+
+void RendezvousServer::broadcast(const Message& message) {
+  for (auto* n : impl_->nodes)
+    if (n != nullptr) n->socket->send(message);
+}
+
+void RendezvousServer::finish(const Finish& finish) {
+  impl_->phase = Impl::Phase::Finishing;
+  Message last = finish;
+  impl_->close_all(&last);
+}
+
+void RendezvousServer::abort(const std::string& message, int exit_code) {
+  if (impl_->phase == Impl::Phase::Stopped) return;
+  impl_->phase = Impl::Phase::Stopped;
+  Message last = Abort{message, exit_code};
+  impl_->close_all(&last);
+}
+
+}  // namespace sgpu::rendezvous

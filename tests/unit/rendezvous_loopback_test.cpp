@@ -1,0 +1,232 @@
+// The rendezvous server and clients talking over real loopback sockets, on
+// one event loop in this process.
+#include <doctest/doctest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "sgpu/rendezvous/client.hpp"
+#include "sgpu/rendezvous/server.hpp"
+
+using namespace sgpu::rendezvous;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Launcher : ServerHandler {
+  std::vector<std::string> notices;
+  std::vector<NodeInfo> nodes;
+  Start start;
+  std::vector<std::pair<std::uint32_t, Message>> messages;
+  std::string failure;
+  int failure_code = 0;
+  std::vector<std::uint32_t> lost;
+  RendezvousServer* server = nullptr;
+  std::size_t done = 0;
+
+  void on_notice(const std::string& text) override { notices.push_back(text); }
+  void on_started(const std::vector<NodeInfo>& n, const Start& s) override {
+    nodes = n;
+    start = s;
+  }
+  void on_node_message(std::uint32_t node, Message&& m) override {
+    bool is_done = std::holds_alternative<NodeDone>(m);
+    messages.emplace_back(node, std::move(m));
+    if (is_done && ++done == nodes.size()) server->finish(Finish{0, "ok"});
+  }
+  void on_node_lost(std::uint32_t node, const std::string&) override { lost.push_back(node); }
+  void on_failed(const std::string& message, int code) override {
+    failure = message;
+    failure_code = code;
+  }
+};
+
+struct Agent : ClientHandler {
+  std::string name;
+  int requested = -1;
+  std::uint32_t ranks = 1;
+  std::uint32_t nnodes = 0;
+  Welcome welcome;
+  Assign assign;
+  std::optional<Start> start;
+  std::optional<Finish> finish;
+  std::string lost;
+  int lost_code = 0;
+  RendezvousClient* client = nullptr;
+
+  Join on_welcome(const Welcome& w) override {
+    welcome = w;
+    Join j;
+    j.name = name;
+    j.hostname = name;
+    j.local_ranks = ranks;
+    j.node_rank = requested;
+    j.nnodes = nnodes;
+    return j;
+  }
+  Ready on_assign(const Assign& a) override {
+    assign = a;
+    return Ready{a.node_rank == 0 ? 29999U : 0U};
+  }
+  void on_start(const Start& s) override {
+    start = s;
+    client->send(RankExited{assign.rank_base, sgpu::env::ExitStatus::exited(0), false});
+    client->send(NodeDone{});
+  }
+  void on_message(Message&& m) override {
+    if (auto* f = std::get_if<Finish>(&m)) {
+      finish = *f;
+      client->close();
+    }
+  }
+  void on_lost(const std::string& why, int code) override {
+    lost = why;
+    lost_code = code;
+  }
+};
+
+struct Fixture {
+  boost::asio::io_context io;
+  Secret secret = Secret::generate();
+  Launcher launcher;
+  std::unique_ptr<RendezvousServer> server;
+  std::vector<std::unique_ptr<Agent>> agents;
+  std::vector<std::unique_ptr<RendezvousClient>> clients;
+
+  void serve(ServerOptions options) {
+    options.run_id = "run-1";
+    options.job = "job-blob";
+    server = std::make_unique<RendezvousServer>(io, Endpoint{"127.0.0.1", 0}, secret, options, launcher);
+    launcher.server = server.get();
+    server->start();
+  }
+
+  Agent& add(std::string name, int requested, std::uint32_t ranks, const Secret& s, std::uint32_t nnodes = 0) {
+    auto a = std::make_unique<Agent>();
+    a->name = std::move(name);
+    a->requested = requested;
+    a->ranks = ranks;
+    a->nnodes = nnodes;
+    ClientOptions o;
+    o.endpoint = Endpoint{"127.0.0.1", server->port()};
+    o.join_timeout = 5s;
+    auto c = std::make_unique<RendezvousClient>(io, o, s, *a);
+    a->client = c.get();
+    c->start();
+    agents.push_back(std::move(a));
+    clients.push_back(std::move(c));
+    return *agents.back();
+  }
+
+  void run() {
+    boost::asio::steady_timer limit(io, 20s);
+    limit.async_wait([this](boost::system::error_code ec) {
+      if (!ec) io.stop();
+    });
+    // The loop ends when every connection has closed; the limit only guards a hang.
+    io.run_for(20s);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("rendezvous: three agents join, start together, report and finish") {
+  Fixture f;
+  ServerOptions o;
+  o.nnodes = 3;
+  o.heartbeat_timeout = 2s;
+  f.serve(o);
+  auto& c = f.add("c", -1, 4, f.secret);
+  auto& a = f.add("a", 2, 1, f.secret, 3);  // asks for node rank 2
+  auto& b = f.add("b", -1, 2, f.secret);
+  f.run();
+
+  CHECK(f.launcher.failure.empty());
+  REQUIRE(f.launcher.nodes.size() == 3);
+  // a asked for 2; b and c fill 0 and 1 by name.
+  CHECK(b.assign.node_rank == 0);
+  CHECK(c.assign.node_rank == 1);
+  CHECK(a.assign.node_rank == 2);
+  CHECK(b.assign.rank_base == 0);
+  CHECK(c.assign.rank_base == 2);
+  CHECK(a.assign.rank_base == 6);
+  for (auto* agent : {&a, &b, &c}) {
+    CHECK(agent->assign.world_size == 7);
+    CHECK(agent->assign.nnodes == 3);
+    CHECK(agent->welcome.run_id == "run-1");
+    CHECK(agent->welcome.job == "job-blob");
+    REQUIRE(agent->start);
+    CHECK(agent->start->master_port == 29999);  // node 0's reservation
+    CHECK(agent->start->master_addr == "127.0.0.1");
+    REQUIRE(agent->finish);
+    CHECK(agent->finish->summary == "ok");
+    CHECK(agent->lost.empty());
+  }
+  CHECK(f.launcher.nodes[1].name == "c");
+  CHECK(f.launcher.nodes[1].rank_base == 2);
+  CHECK(f.launcher.nodes[1].local_ranks == 4);
+  std::vector<std::uint32_t> exited;
+  for (const auto& [node, m] : f.launcher.messages)
+    if (const auto* e = std::get_if<RankExited>(&m)) exited.push_back(e->rank);
+  std::sort(exited.begin(), exited.end());
+  CHECK(exited == std::vector<std::uint32_t>{0, 2, 6});
+}
+
+TEST_CASE("rendezvous: an agent with another secret is refused on both sides, the others go on") {
+  Fixture f;
+  ServerOptions o;
+  o.nnodes = 1;
+  o.heartbeat_timeout = 2s;
+  f.serve(o);
+  auto& intruder = f.add("intruder", -1, 1, Secret::generate());
+  auto& good = f.add("good", -1, 1, f.secret);
+  f.run();
+  CHECK(intruder.lost.find("does not know this run's secret") != std::string::npos);
+  CHECK(intruder.lost_code == 2);
+  CHECK_FALSE(intruder.start);
+  REQUIRE(good.finish);
+  CHECK(f.launcher.nodes.size() == 1);
+  CHECK(f.launcher.nodes[0].name == "good");
+}
+
+TEST_CASE("rendezvous: two agents claiming one node rank fail the rendezvous everywhere") {
+  Fixture f;
+  ServerOptions o;
+  o.nnodes = 2;
+  f.serve(o);
+  auto& a = f.add("a", 1, 1, f.secret);
+  auto& b = f.add("b", 1, 1, f.secret);
+  f.run();
+  CHECK(f.launcher.failure.find("node rank 1 is claimed by both") != std::string::npos);
+  CHECK(f.launcher.failure_code == 2);
+  CHECK(a.lost == f.launcher.failure);
+  CHECK(b.lost == f.launcher.failure);
+  CHECK(a.lost_code == 2);
+}
+
+TEST_CASE("rendezvous: the join timeout names the missing node") {
+  Fixture f;
+  ServerOptions o;
+  o.nnodes = 2;
+  o.join_timeout = 300ms;
+  o.expected_names = {"a", "b"};
+  f.serve(o);
+  auto& a = f.add("a", 0, 1, f.secret);
+  f.run();
+  CHECK(f.launcher.failure.find("timed out after 300ms (--join-timeout): 1 of 2 nodes joined (a as node rank 0); "
+                                "missing: b (node rank 1)") != std::string::npos);
+  CHECK(a.lost == f.launcher.failure);
+}
+
+TEST_CASE("rendezvous: an agent gives up when nothing listens") {
+  boost::asio::io_context io;
+  Agent a;
+  ClientOptions o;
+  o.endpoint = Endpoint{"127.0.0.1", 1};  // nothing listens on port 1
+  o.join_timeout = 300ms;
+  RendezvousClient c(io, o, Secret::generate(), a);
+  a.client = &c;
+  c.start();
+  io.run_for(5s);
+  CHECK(a.lost.find("cannot reach the rendezvous at 127.0.0.1:1 within 300ms (--join-timeout)") != std::string::npos);
+}
