@@ -97,8 +97,8 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
 
   for (int r = 0; r < n; ++r) {
     RankPlan rank;
-    int global = in.node_rank * n + r;
-    rank.place = {global, r, n * nodes, n, in.node_rank, nodes};
+    int global = in.rank_base.value_or(in.node_rank * n) + r;
+    rank.place = {global, r, in.world_size.value_or(n * nodes), n, in.node_rank, nodes};
     if (!plan.gpus.empty()) {
       const auto& mine = plan.gpus[static_cast<std::size_t>(r)];
       rank.gpus = {mine.index};

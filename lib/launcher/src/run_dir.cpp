@@ -33,13 +33,13 @@ std::string default_runs_root(const env::Environment& environment) {
   return (fs::temp_directory_path() / "sgpu" / "runs").string();
 }
 
-std::string create_run_dir(const std::string& root, const std::string& run_id, int ranks) {
+std::string create_run_dir(const std::string& root, const std::string& run_id, int ranks, int first_rank) {
   auto dir = fs::absolute(fs::path(root) / run_id);
   std::error_code ec;
-  for (int r = 0; r < ranks; ++r) {
+  fs::create_directories(dir, ec);
+  for (int r = first_rank; r < first_rank + ranks && !ec; ++r)
     fs::create_directories(dir / "ranks" / std::to_string(r), ec);
-    if (ec) throw Error(fmt::format("cannot create the run directory {}: {}", dir.string(), ec.message()), 1);
-  }
+  if (ec) throw Error(fmt::format("cannot create the run directory {}: {}", dir.string(), ec.message()), 1);
   return dir.string();
 }
 

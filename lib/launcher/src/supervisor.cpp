@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -46,6 +47,8 @@ struct Supervisor::State {
   JobOutcome outcome;
   bool tearing_down = false;
   bool killed = false;
+  bool finished = false;
+  std::function<void(const JobOutcome&)> on_finished;
   int running = 0;
   int open_pipes = 0;
 
@@ -161,10 +164,17 @@ struct Supervisor::State {
   }
 
   void maybe_finish() {
-    if (running > 0 || open_pipes > 0) return;
+    if (running > 0 || open_pipes > 0 || finished) return;
+    finished = true;
     drain_timer.cancel();
+    timeout_timer.cancel();
+    grace_timer.cancel();
     boost::system::error_code ignored;
     signals.cancel(ignored);
+    outcome.ended = Clock::now();
+    for (auto& r : ranks) outcome.ranks.push_back(r->record);
+    outcome.exit_code = env::job_exit_code(outcome.end);
+    if (on_finished) asio::post(io, [this] { on_finished(outcome); });
   }
 };
 
@@ -175,8 +185,25 @@ Supervisor::~Supervisor() = default;
 
 JobOutcome Supervisor::run(const std::vector<RankLaunch>& launches) {
   auto& s = *state_;
+  start(launches, nullptr);
+  s.io.run();
+  s.io.restart();
+  return s.outcome;
+}
+
+void Supervisor::stop(const env::JobEnd& cause, int sig) {
+  if (!state_->finished) state_->begin_teardown(cause, sig);
+}
+
+void Supervisor::forward(int sig) { state_->signal_all(sig); }
+
+void Supervisor::kill() { state_->kill_now(); }
+
+void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<void(const JobOutcome&)> on_finished) {
+  auto& s = *state_;
+  s.on_finished = std::move(on_finished);
   s.outcome.started = Clock::now();
-  s.arm_signals();
+  if (s.options.handle_signals) s.arm_signals();
   for (const auto& launch : launches) {
     auto rank = std::make_unique<State::Rank>();
     rank->record.rank = launch.rank;
@@ -215,13 +242,6 @@ JobOutcome Supervisor::run(const std::vector<RankLaunch>& launches) {
     });
   }
   s.maybe_finish();
-  s.io.run();
-  s.io.restart();
-
-  s.outcome.ended = Clock::now();
-  for (auto& r : s.ranks) s.outcome.ranks.push_back(r->record);
-  s.outcome.exit_code = env::job_exit_code(s.outcome.end);
-  return s.outcome;
 }
 
 }  // namespace sgpu::launcher

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sgpu/env/exit_code.hpp"
 
@@ -13,9 +14,21 @@ namespace sgpu::launcher {
 enum class Stream { Out, Err };
 using Clock = std::chrono::system_clock;
 
+// Multi-node runs: the ranks first_rank .. first_rank+ranks-1 run on `host`.
+struct NodePlacement {
+  int node_rank = 0;
+  std::string host;  // the node's name: the backend's name for it, else its hostname
+  int first_rank = 0;
+  int ranks = 0;
+};
+
 class JobObserver {
  public:
   virtual ~JobObserver() = default;
+  // Multi-node runs only, once, before any rank starts: which node runs
+  // which ranks (for "[host:rank]" prefixes, logs, the report). Rank numbers
+  // in every other event are global.
+  virtual void on_nodes_placed(const std::vector<NodePlacement>& /*nodes*/) {}
   virtual void on_rank_started(int /*rank*/, int /*pid*/) {}
   // Raw bytes as read from the rank's pipe: not split into lines.
   virtual void on_rank_output(int /*rank*/, Stream /*stream*/, std::string_view /*bytes*/) {}

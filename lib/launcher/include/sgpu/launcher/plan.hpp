@@ -47,6 +47,10 @@ struct PlanInputs {
   int master_port = 0;
   int node_rank = 0;        // which of spec.nodes this plan is for
   std::string master_addr;  // "" means spec.rendezvous.master_addr, else 127.0.0.1
+  // Once a rendezvous has placed the node: its first global rank and the
+  // job's world size (nodes may differ). Unset: spec.nodes equal nodes.
+  std::optional<int> rank_base;
+  std::optional<int> world_size;
 };
 
 // Throws sgpu::Error for contradictory or impossible requests.

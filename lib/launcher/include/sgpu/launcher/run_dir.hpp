@@ -14,8 +14,9 @@ std::string make_run_id();
 // $SGPU_HOME/runs, $XDG_STATE_HOME/sgpu/runs or ~/.local/state/sgpu/runs.
 std::string default_runs_root(const env::Environment& environment);
 
-// Creates <root>/<run_id>/ranks/<r>/ for every rank; returns the run directory.
+// Creates <root>/<run_id>/ranks/<r>/ for ranks first_rank .. first_rank+ranks-1
+// (a node of a multi-node run holds only its own); returns the run directory.
 // Throws sgpu::Error naming the path when it cannot.
-std::string create_run_dir(const std::string& root, const std::string& run_id, int ranks);
+std::string create_run_dir(const std::string& root, const std::string& run_id, int ranks, int first_rank = 0);
 
 }  // namespace sgpu::launcher

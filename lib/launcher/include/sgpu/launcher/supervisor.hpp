@@ -4,6 +4,7 @@
 // first failure, the timeout or a signal tears every rank down: SIGTERM (or
 // the signal received) to each rank's process group, SIGKILL after the grace.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -20,6 +21,9 @@ namespace sgpu::launcher {
 struct SupervisorOptions {
   std::optional<env::Seconds> timeout;  // nullopt: no limit
   env::Seconds grace{30};
+  // Off when something else on the loop owns SIGINT/SIGTERM/SIGHUP (the
+  // multi-node launcher) and drives stop()/forward() itself.
+  bool handle_signals = true;
 };
 
 struct RankRecord {
@@ -50,6 +54,18 @@ class Supervisor {
   // Starts every rank and runs the event loop until all have exited and all
   // their output is read.
   JobOutcome run(const std::vector<RankLaunch>& launches);
+
+  // The same without running the loop: for callers that share it (the node
+  // agent). `on_finished` is posted to the loop once every rank has exited
+  // and all output is read.
+  void start(const std::vector<RankLaunch>& launches, std::function<void(const JobOutcome&)> on_finished);
+  // Tears the job down for `cause`: `sig` to every rank now, SIGKILL after
+  // the grace. Only the first cause counts.
+  void stop(const env::JobEnd& cause, int sig);
+  // Passes `sig` to every running rank as it is (SIGUSR1 for a checkpoint).
+  void forward(int sig);
+  // SIGKILL to every rank now.
+  void kill();
 
  private:
   struct State;
