@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "commands.hpp"
+#include "multinode.hpp"
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/console.hpp"
@@ -102,9 +103,6 @@ void check_available(const launcher::JobSpec& spec) {
   if (spec.backend != "local")
     throw Error(fmt::format("{}: the {} backend is not available yet; --dry-run shows its plan",
                             where_set(spec, "resources.backend", "--backend " + spec.backend), spec.backend));
-  if (spec.nodes > 1)
-    throw Error(fmt::format("{}: multi-node launch is not available yet; --dry-run shows the plan",
-                            where_set(spec, "resources.nodes", fmt::format("--nnodes {}", spec.nodes))));
 }
 
 // The program each rank runs. Remote nodes resolve their own, at launch.
@@ -153,6 +151,7 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   }
   if (f.dry_run) return dry_run(resolved, f, inherited, discovery, cwd);
   check_available(spec);
+  if (auto multi = static_launch_from(spec, inherited, cwd)) return run_static(*multi, discovery);
 
   launcher::PlanInputs in;
   in.inventory = discovery.gpus;

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "sgpu 0.1.0");
   auto launch = sgpu::app::add_launch_command(app);
   auto devices = sgpu::app::add_devices_command(app);
+  auto agent = sgpu::app::add_agent_command(app);
   try {
     sgpu::app::DashTail tail;
     int head = argc;
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
     app.parse(head, argv);
     if (app.got_subcommand("launch")) return launch(tail);
     if (app.got_subcommand("devices")) return devices(tail);
+    if (app.got_subcommand("agent")) return agent(tail);
     return 0;
   } catch (const CLI::Success& e) {
     return app.exit(e);

@@ -287,7 +287,7 @@ def test_torchrun_spellings_are_accepted(sgpu):
     ("--rdzv-backend=c10d", "torchrun's --rdzv-backend is not supported by sgpu"),
     ("--tee=3", "torchrun's --tee is not supported by sgpu"),
     ("--max-restarts=3", "--max-restarts 3: restarts are not available yet"),
-    ("--nnodes=2", "--nnodes 2: multi-node launch is not available yet"),
+    ("--nnodes=2", "--nnodes 2 needs --rdzv-endpoint HOST:PORT"),
     ("--bogus", "unknown option '--bogus'"),
 ])
 def test_unsupported_options_are_clear_errors(sgpu, flag, message):

@@ -26,21 +26,17 @@ std::vector<std::string> build_argv(const Entrypoint& entry, const std::string& 
 
 namespace {
 // torchrun options that sgpu does not accept, with what to do instead.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 15> kUnsupported{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 11> kUnsupported{{
     {"rdzv-backend", "sgpu runs its own authenticated rendezvous; drop the option"},
     {"rdzv-conf", "sgpu runs its own authenticated rendezvous; drop the option"},
     {"rdzv-id", "sgpu makes a run id per launch (SGPU_RUN_ID); drop the option"},
-    {"rdzv-endpoint", "multi-node static launch is not available yet; run on one node"},
-    {"nnodes", "multi-node launch is not available yet; run on one node"},
-    {"node-rank", "multi-node launch is not available yet; run on one node"},
-    {"master-addr", "on one node sgpu uses 127.0.0.1; multi-node launch is not available yet"},
     {"max-restarts", "restarts are not available yet; drop the option"},
     {"monitor-interval", "sgpu reacts to exits at once, it does not poll; drop the option"},
     {"start-method", "sgpu always starts ranks with fork+exec; drop the option"},
     {"role", "sgpu has one role per job; drop the option"},
     {"redirects", "sgpu always captures every rank's output into its run directory; drop the option"},
     {"tee", "sgpu always shows and logs every rank's output; drop the option"},
-    {"local-addr", "not needed on one node; drop the option"},
+    {"local-addr", "sgpu finds each node's addresses itself; --master-addr sets MASTER_ADDR"},
     {"run-path", "give the script path directly"},
 }};
 }  // namespace

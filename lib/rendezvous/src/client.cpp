@@ -141,20 +141,25 @@ struct RendezvousClient::Impl {
     heartbeat.cancel();
   }
 
-  void end(const std::string& why, int exit_code) {
+  // `flush`: the connection still works and what is queued (an Abort) should
+  // reach the launcher; otherwise it is closed at once.
+  void end(const std::string& why, int exit_code, bool flush = false) {
     if (state == State::Closed) return;
     state = State::Closed;
     stop_timers();
     resolver.cancel();
     if (connecting) connecting->close();
-    if (socket) socket->close_after_flush(std::chrono::seconds(1));
+    if (socket && flush)
+      socket->close_after_flush(std::chrono::seconds(1));
+    else if (socket)
+      socket->close();
     handler.on_lost(why, exit_code);
   }
 
   // The handler refused to go on: tell the launcher, then end.
   void abort(const Error& e) {
     socket->send(Abort{e.what(), e.exit_code()});
-    end(e.what(), e.exit_code());
+    end(e.what(), e.exit_code(), true);
   }
 
   [[noreturn]] static void unexpected(const Message& m, const char* when) {
@@ -239,6 +244,7 @@ struct RendezvousClient::Impl {
     join_deadline.cancel();
     socket->set_max_payload(kMaxPayload);
     if (welcome->heartbeat_timeout_ms > 0) heartbeat_timeout = std::chrono::milliseconds(welcome->heartbeat_timeout_ms);
+    arm_liveness();  // from now on the launcher's heartbeat timeout, not the hello's
     arm_heartbeat();
     Join join;
     try {

@@ -1,0 +1,49 @@
+// `sgpu agent --rdzv HOST:PORT [--node-rank K] [--node-name NAME]`: one node
+// of a multi-node run, started by a backend (ssh, SLURM) on that node. The
+// job comes from the launcher; the secret from $SGPU_RDZV_SECRET or a 0600
+// file. Internal but stable: see README "sgpu agent".
+#include <csignal>
+#include <filesystem>
+
+#include "commands.hpp"
+#include "multinode.hpp"
+#include "sgpu/rendezvous/auth.hpp"
+
+namespace sgpu::app {
+
+namespace {
+struct AgentFlags {
+  std::string rdzv;
+  std::optional<int> node_rank;
+  std::string node_name;
+  std::string secret_file;
+  std::string join_timeout = "10m";
+};
+}  // namespace
+
+Command add_agent_command(CLI::App& app) {
+  auto flags = std::make_shared<AgentFlags>();
+  auto* cmd =
+      app.add_subcommand("agent", "Run one node of a multi-node job (started by a backend; internal but stable)");
+  cmd->add_option("--rdzv", flags->rdzv, "HOST:PORT of the launcher's rendezvous")->required();
+  cmd->add_option("--node-rank", flags->node_rank, "This node's rank (default: the launcher chooses)");
+  cmd->add_option("--node-name", flags->node_name, "This node's name in output and reports (default: its hostname)");
+  cmd->add_option("--rdzv-secret-file", flags->secret_file,
+                  "File (mode 0600) with the run's secret; default: $SGPU_RDZV_SECRET");
+  cmd->add_option("--join-timeout", flags->join_timeout, "How long to keep trying to reach the launcher (default 10m)");
+  return [flags](const DashTail&) {
+    auto inherited = env::current_environment();
+    launcher::AgentOptions o;
+    o.launcher = rendezvous::parse_endpoint(flags->rdzv, "--rdzv");
+    o.node_rank = flags->node_rank;
+    o.node_name = flags->node_name;
+    o.join_timeout = parse_limit(flags->join_timeout, "--join-timeout");
+    o.environment = inherited;
+    o.cwd = std::filesystem::current_path().string();
+    auto secret = rendezvous::find_secret(inherited, flags->secret_file, "--rdzv-secret-file");
+    std::signal(SIGPIPE, SIG_IGN);
+    return finish_agent(launcher::run_agent(std::move(o), std::move(secret)));
+  };
+}
+
+}  // namespace sgpu::app

@@ -1,0 +1,112 @@
+"""Multi-node runs across separate test hosts (network namespaces with their
+own addresses and hostnames, tests/e2e/netns.py): node 0's launcher on h0,
+agents on the others. A node that dies and a link that is cut are detected,
+reported by name, and leave no process on any host."""
+import json
+import time
+
+import pytest
+
+import netns
+from conftest import python_program, sgpu_bin
+from multinode import make_secret_file, read_pids, wait_for
+
+ok, why = netns.available()
+pytestmark = pytest.mark.skipif(not ok, reason=why)
+
+PORT = 29400  # every host has its own network stack: no other test can hold it there
+WRITE_PID = 'echo $$ > "$OUT_DIR/pid-$RANK"; '
+
+
+def start_job(net, sgpu, tmp_path, out, program, *launch_args):
+    secret = make_secret_file(tmp_path / "secret")
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    head = net.hosts[0]
+    n = len(net.hosts)
+    launcher = head.popen([sgpu_bin(), "launch", "--nnodes", n, "--node-rank", 0, "--rdzv-endpoint",
+                           f"{head.address}:{PORT}", "--rdzv-secret-file", secret, "--heartbeat-timeout", "2s",
+                           "--grace", "1s", *launch_args, *program], env=env, cwd=tmp_path)
+    agent_env = dict(env, SGPU_RDZV_SECRET=secret.read_text().strip())
+    agents = [h.popen([sgpu_bin(), "agent", "--rdzv", f"{head.address}:{PORT}", "--node-rank", h.index], env=agent_env,
+                      cwd=tmp_path)
+              for h in net.hosts[1:]]
+    return launcher, agents
+
+
+def nothing_left(net, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = {h.name: h.pids() for h in net.hosts if h.pids()}
+        if not left:
+            return True
+        time.sleep(0.05)
+    raise AssertionError(f"processes left: {left}")
+
+
+def test_each_host_runs_its_ranks_and_reaches_node_0(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with netns.TestNet(3) as net:
+        launcher, agents = start_job(net, sgpu, tmp_path, out, ["--nproc", 1, python_program("store_job.py")])
+        stdout, err = launcher.communicate(timeout=180)
+        for a in agents:
+            a.communicate(timeout=30)
+        assert launcher.returncode == 0, err
+        assert all(a.returncode == 0 for a in agents)
+        # A real torch.distributed all_reduce across the three hosts: 1+2+3.
+        assert [(out / f"{r}.txt").read_text().split()[1] for r in range(3)] == ["6"] * 3
+        nothing_left(net)
+
+
+def test_master_addr_is_node_0s_address_on_the_hosts_network(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with netns.TestNet(2) as net:
+        launcher, agents = start_job(net, sgpu, tmp_path, out, ["--nproc", 1, python_program("dump_env.py")])
+        stdout, err = launcher.communicate(timeout=120)
+        agents[0].communicate(timeout=30)
+        assert launcher.returncode == 0, err
+        envs = [json.loads((out / f"env-{r}.json").read_text()) for r in range(2)]
+        assert [e["MASTER_ADDR"] for e in envs] == [net.hosts[0].address] * 2
+        assert [e["NODE_RANK"] for e in envs] == ["0", "1"]
+
+
+def test_a_host_that_dies_is_detected_and_nothing_is_left_anywhere(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with netns.TestNet(3) as net:
+        program = ["--nproc", 2, "--no-python", "sh", "-c", WRITE_PID + "echo up; exec sleep 60"]
+        launcher, agents = start_job(net, sgpu, tmp_path, out, program)
+        read_pids(out, range(6))
+        t0 = time.monotonic()
+        net.hosts[2].kill_all()  # the agent and its ranks, all at once
+        stdout, err = launcher.communicate(timeout=30)
+        assert launcher.returncode == 1, err
+        assert "node h2 was lost" in err
+        assert time.monotonic() - t0 < 2.5  # the kernel closed its connection: no need to wait for heartbeats
+        assert stdout.count("] up") == 6 and "[h1:2] up" in stdout and "[h2:5] up" in stdout
+        nothing_left(net)
+
+
+def test_a_cut_link_is_detected_by_heartbeats_on_both_sides(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with netns.TestNet(3) as net:
+        program = ["--nproc", 1, "--no-python", "sh", "-c", WRITE_PID + "exec sleep 60"]
+        launcher, agents = start_job(net, sgpu, tmp_path, out, program)
+        read_pids(out, range(3))
+        t0 = time.monotonic()
+        net.cut(net.hosts[2])  # packets vanish: no reset, no end of file
+        _, err = launcher.communicate(timeout=30)
+        detected = time.monotonic() - t0
+        assert launcher.returncode == 1, err
+        assert "node h2 was lost: no message for 2s (--heartbeat-timeout)" in err
+        assert 1.5 < detected < 5
+        # The cut-off agent notices its launcher is gone, stops its rank and exits.
+        _, agent_err = agents[1].communicate(timeout=30)
+        assert time.monotonic() - t0 < 5
+        assert agents[1].returncode == 1
+        assert "lost the launcher" in agent_err
+        _, ok_err = agents[0].communicate(timeout=30)
+        assert agents[0].returncode == 1, ok_err
+        nothing_left(net)

@@ -1,0 +1,167 @@
+"""Peers that do not belong to the run: refused and logged by the launcher,
+nothing they send acted on, and the run goes on unharmed."""
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+import rdzv_wire as w
+from multinode import agent, free_port, make_secret_file, static_node
+
+
+@pytest.fixture
+def launcher(sgpu, tmp_path):
+    """Node 0 of a two-node run, waiting for its second node."""
+    port = free_port()
+    secret = make_secret_file(tmp_path / "secret")
+    p = static_node(sgpu, 2, 0, f"127.0.0.1:{port}", secret, "--nproc", 1, "--no-python", "sh", "-c",
+                    'echo "rank $RANK of $WORLD_SIZE"')
+    # Wait until it listens.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield p, port, secret
+    if p.poll() is None:
+        p.kill()
+        p.communicate()
+
+
+def finish_with_a_real_agent(sgpu, launcher):
+    p, port, secret = launcher
+    a = agent(sgpu, f"127.0.0.1:{port}", secret, "--node-name", "good")
+    out, err = p.communicate(timeout=60)
+    a.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert a.returncode == 0
+    assert "[good:1] rank 1 of 2" in out.splitlines()
+    return err
+
+
+def test_a_peer_with_the_wrong_secret_is_refused(sgpu, launcher):
+    _, port, _ = launcher
+    with w.connect(port) as s:
+        cn = w.nonce()
+        s.sendall(w.client_hello(cn))
+        kind, payload = w.read_frame(s)
+        assert kind == w.SERVER_HELLO
+        server_nonce = payload[10:42]
+        s.sendall(w.frame(w.AUTH, w.client_proof("not-the-secret" * 4, server_nonce, cn)))
+        # Whatever it sends next is never acted on: it is refused and cut off.
+        s.sendall(w.frame(w.JOIN, b"\0" * 40))
+        frames = w.read_until_closed(s, timeout=10)
+    assert frames[0][0] == w.REJECT
+    assert "authentication failed" in w.reject_reason(frames[0][1])
+    err = finish_with_a_real_agent(sgpu, launcher)
+    assert "refused rendezvous peer 127.0.0.1:" in err and "it does not know the run's secret" in err
+
+
+def test_a_replayed_proof_is_refused(sgpu, launcher):
+    # A proof is bound to the launcher's fresh nonce: one seen before is worthless.
+    _, port, secret = launcher
+    key = secret.read_text().strip()
+    with w.connect(port) as s:
+        cn = w.nonce()
+        s.sendall(w.client_hello(cn))
+        _, payload = w.read_frame(s)
+        old_nonce = w.nonce()  # as if recorded from another connection
+        s.sendall(w.frame(w.AUTH, w.client_proof(key, old_nonce, cn)))
+        frames = w.read_until_closed(s, timeout=10)
+    assert frames[0][0] == w.REJECT
+    finish_with_a_real_agent(sgpu, launcher)
+
+
+@pytest.mark.parametrize("junk,notice", [
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "exceeds the limit of 1024"),  # the first bytes read as a huge length
+    (struct.pack(">IB", 2 << 20, w.CLIENT_HELLO) + b"x" * 4096, "frame of 2097152 bytes exceeds the limit"),
+    (w.frame(w.CLIENT_HELLO, b"NOTSGPU!" + b"\0" * 34), "bad magic"),
+    (w.frame(w.JOIN, b"\0" * 32), "unexpected Join before the hello"),
+    (w.frame(200, b""), "unknown message type 200"),
+], ids=["http", "oversized", "bad-magic", "join-first", "unknown-type"])
+def test_garbage_and_oversized_frames_close_only_that_connection(sgpu, launcher, junk, notice):
+    _, port, _ = launcher
+    with w.connect(port) as s:
+        s.sendall(junk)
+        frames = w.read_until_closed(s, timeout=10)
+    assert frames == []  # not a word back: it proved nothing
+    err = finish_with_a_real_agent(sgpu, launcher)
+    assert notice in err
+
+
+def test_another_protocol_version_is_a_clear_error(sgpu, launcher):
+    _, port, _ = launcher
+    with w.connect(port) as s:
+        s.sendall(w.client_hello(w.nonce(), version=99))
+        frames = w.read_until_closed(s, timeout=10)
+    assert frames[0][0] == w.REJECT
+    assert "this launcher speaks rendezvous protocol version 1, the agent 99" in w.reject_reason(frames[0][1])
+    err = finish_with_a_real_agent(sgpu, launcher)
+    assert "it speaks protocol version 99, this launcher speaks 1" in err
+
+
+def test_a_slow_hello_is_dropped_by_a_timer(sgpu, launcher):
+    _, port, _ = launcher
+    with w.connect(port) as s:
+        s.sendall(w.client_hello(w.nonce())[:7])  # a few bytes, then nothing
+        t0 = time.monotonic()
+        frames = w.read_until_closed(s, timeout=10)
+        waited = time.monotonic() - t0
+    assert frames == []
+    assert 1.5 < waited < 5  # --heartbeat-timeout 2s
+    err = finish_with_a_real_agent(sgpu, launcher)
+    assert "no authenticated hello within 2s" in err
+
+
+def test_an_agent_refuses_a_launcher_of_another_version(sgpu, tmp_path):
+    secret = make_secret_file(tmp_path / "secret")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+
+    def fake_launcher():
+        conn, _ = server.accept()
+        with conn:
+            w.read_frame(conn)
+            conn.sendall(w.server_hello(w.nonce(), b"\0" * 32, version=7))
+            w.read_until_closed(conn, timeout=10)
+
+    t = threading.Thread(target=fake_launcher)
+    t.start()
+    a = agent(sgpu, f"127.0.0.1:{port}", secret)
+    _, err = a.communicate(timeout=30)
+    t.join()
+    server.close()
+    assert a.returncode == 2
+    assert "speaks rendezvous protocol version 7, this agent speaks 1: run the same sgpu version on every node" in err
+
+
+def test_an_agent_refuses_a_launcher_that_does_not_know_the_secret(sgpu, tmp_path):
+    secret = make_secret_file(tmp_path / "secret")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+
+    def fake_launcher():
+        conn, _ = server.accept()
+        with conn:
+            _, payload = w.read_frame(conn)
+            cn = payload[10:42]
+            sn = w.nonce()
+            conn.sendall(w.server_hello(sn, w.server_proof("a-guess-at-the-secret" * 3, cn, sn)))
+            w.read_until_closed(conn, timeout=10)
+
+    t = threading.Thread(target=fake_launcher)
+    t.start()
+    a = agent(sgpu, f"127.0.0.1:{port}", secret)
+    _, err = a.communicate(timeout=30)
+    t.join()
+    server.close()
+    assert a.returncode == 2
+    assert "does not know this run's secret" in err
