@@ -58,7 +58,8 @@ struct RendezvousServer::Impl {
   asio::steady_timer heartbeat_timer;
   std::shared_ptr<int> token = std::make_shared<int>(0);  // handlers check it is still alive
   std::unordered_map<std::uint64_t, std::unique_ptr<Peer>> peers;
-  std::vector<Peer*> joined;  // arrival order, until assignment
+  std::vector<Peer*> joined;        // arrival order, until assignment
+  std::vector<Join> joined_joins;  // their joins, side by side: checked on every join without copying
   std::vector<Peer*> nodes;   // by node rank, after assignment
   std::uint64_t next_id = 1;
   std::size_t unauthenticated = 0;
@@ -180,7 +181,7 @@ struct RendezvousServer::Impl {
     if (!p.authenticated()) --unauthenticated;
     p.liveness.cancel();
     p.socket->close();
-    std::erase(joined, &p);
+    forget_join(p);
     peers.erase(p.id);  // p is gone after this line
   }
 
@@ -192,9 +193,16 @@ struct RendezvousServer::Impl {
     if (!p.authenticated()) --unauthenticated;
     p.state = State::Done;  // never counted again
     p.liveness.cancel();
-    std::erase(joined, &p);
+    forget_join(p);
     auto socket = p.socket;
     peers.erase(p.id);
+  }
+
+  void forget_join(Peer& p) {
+    auto it = std::find(joined.begin(), joined.end(), &p);
+    if (it == joined.end()) return;
+    joined_joins.erase(joined_joins.begin() + (it - joined.begin()));
+    joined.erase(it);
   }
 
   void drop(Peer& p, const std::string& notice) {
@@ -319,10 +327,7 @@ struct RendezvousServer::Impl {
       unexpected(m, "before the join");
     }
     if (join->name.empty()) join->name = join->hostname.empty() ? p.socket->peer_address() : join->hostname;
-    std::vector<Join> in;
-    in.reserve(joined.size());
-    for (const auto* j : joined) in.push_back(j->join);
-    auto check = check_join(in, *join, options.nnodes);
+    auto check = check_join(joined_joins, *join, options.nnodes);
     switch (check.kind) {
       case JoinCheck::Kind::Refuse:
         refuse(p, fmt::format("refused node {} ({}): {}", join->name, p.socket->peer(), check.message), check.message);
@@ -336,15 +341,13 @@ struct RendezvousServer::Impl {
     p.join = std::move(*join);
     p.state = State::Joined;
     joined.push_back(&p);
+    joined_joins.push_back(p.join);
     handler.on_joined(joined.size(), options.nnodes);
     if (joined.size() == options.nnodes) assign();
   }
 
   void assign() {
-    std::vector<Join> in;
-    in.reserve(joined.size());
-    for (const auto* j : joined) in.push_back(j->join);
-    auto ranks = assign_node_ranks(in, options.nnodes);
+    auto ranks = assign_node_ranks(joined_joins, options.nnodes);
     nodes.assign(options.nnodes, nullptr);
     for (std::size_t i = 0; i < joined.size(); ++i) {
       joined[i]->node_rank = ranks[i];
@@ -360,6 +363,7 @@ struct RendezvousServer::Impl {
       n->socket->send(Assign{n->node_rank, options.nnodes, bases[n->node_rank], world});
     }
     joined.clear();
+    joined_joins.clear();
   }
 
   void on_preparing(Peer& p, Message&& m) {
@@ -425,10 +429,8 @@ struct RendezvousServer::Impl {
 
   void on_join_timeout() {
     if (phase == Phase::Joining) {
-      std::vector<Join> in;
-      for (const auto* j : joined) in.push_back(j->join);
       fail(fmt::format("the rendezvous timed out after {} (--join-timeout): {}", seconds_text(options.join_timeout),
-                       describe_missing(in, options.nnodes, options.expected_names)),
+                       describe_missing(joined_joins, options.nnodes, options.expected_names)),
            1);
     } else if (phase == Phase::Preparing) {
       std::vector<std::string> slow;
