@@ -4,6 +4,7 @@ import json
 import re
 import signal
 import socket
+import subprocess
 import time
 
 import pytest
@@ -69,6 +70,18 @@ def test_output_of_every_node_reaches_the_launcher_with_host_prefixes(sgpu, rdzv
                             f"[{host}:1] tail 1", "[nodeb:2] rank 2 on node 1", "[nodeb:2] tail 2",
                             "[nodeb:3] rank 3 on node 1", "[nodeb:3] tail 3"])
     assert o1 == ""  # an agent's ranks print on the launcher, not twice
+
+
+def test_an_agent_can_read_the_secret_from_standard_input(sgpu, rdzv):
+    # What an ssh backend can do: no environment to forward, no file to copy.
+    endpoint, secret = rdzv
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, "--nproc", 1, "--no-python", "true")
+    env = dict(sgpu.env)
+    env.pop("SGPU_RDZV_SECRET", None)
+    a1 = sgpu.popen("agent", "--rdzv", endpoint, "--rdzv-secret-file", "-", env=env, stdin=subprocess.PIPE)
+    _, e1 = a1.communicate(input=secret.read_text(), timeout=60)
+    _, e0 = n0.communicate(timeout=60)
+    assert a1.returncode == 0 and n0.returncode == 0, (e0, e1)
 
 
 def final_loss(text):

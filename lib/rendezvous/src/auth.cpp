@@ -93,6 +93,18 @@ Secret load_secret_file(const std::string& path, std::string_view flag) {
   return Secret::from_text(text, fmt::format("{} {}", flag, path));
 }
 
+Secret read_secret_line(int fd, std::string_view flag) {
+  std::string text;
+  char c = 0;
+  while (text.size() < 4096) {
+    ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || c == '\n') break;
+    text.push_back(c);
+  }
+  return Secret::from_text(text, fmt::format("{} - (standard input)", flag));
+}
+
 void write_secret_file(const std::string& path, const Secret& secret) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) throw Error(fmt::format("cannot create the secret file {}: {}", path, std::strerror(errno)), 1);
@@ -105,6 +117,7 @@ void write_secret_file(const std::string& path, const Secret& secret) {
 }
 
 Secret find_secret(const env::Environment& environment, const std::string& file, std::string_view flag) {
+  if (file == "-") return read_secret_line(0, flag);
   if (!file.empty()) return load_secret_file(file, flag);
   if (auto it = environment.find(kSecretEnvVar); it != environment.end())
     return Secret::from_text(it->second, kSecretEnvVar);

@@ -6,13 +6,13 @@
 
 #include <fmt/format.h>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/rendezvous/assignment.hpp"
 #include "sgpu/rendezvous/framed_socket.hpp"
+#include "listener.hpp"
 
 namespace sgpu::rendezvous {
 namespace asio = boost::asio;
@@ -75,29 +75,7 @@ struct RendezvousServer::Impl {
         acceptor(io_),
         join_timer(io_),
         heartbeat_timer(io_) {
-    boost::system::error_code ec;
-    tcp::endpoint ep;
-    if (bind.host.empty()) {
-      ep = tcp::endpoint(tcp::v6(), static_cast<unsigned short>(bind.port));
-    } else {
-      auto addr = asio::ip::make_address(bind.host, ec);
-      if (ec) throw Error(fmt::format("rendezvous address {}: not an IP address", bind.host));
-      ep = tcp::endpoint(addr, static_cast<unsigned short>(bind.port));
-    }
-    acceptor.open(ep.protocol(), ec);
-    if (ec && bind.host.empty()) {  // no IPv6 on this node
-      ep = tcp::endpoint(tcp::v4(), static_cast<unsigned short>(bind.port));
-      acceptor.open(ep.protocol(), ec);
-    }
-    if (!ec && ep.protocol() == tcp::v6()) acceptor.set_option(asio::ip::v6_only(false), ec);
-    if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor.bind(ep, ec);
-    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec)
-      throw Error(fmt::format("cannot listen for the rendezvous on {}: {}",
-                              Endpoint{bind.host.empty() ? "*" : bind.host, bind.port}.str(), ec.message()),
-                  bind.port != 0 ? kExitUsage : 1);
-    bound_port = acceptor.local_endpoint(ec).port();
+    bound_port = listen_on(acceptor, bind);
   }
 
   std::weak_ptr<int> guard() const { return token; }

@@ -37,11 +37,15 @@ class Secret {
 // user owns, saying how to fix it. `flag` names the option in errors.
 Secret load_secret_file(const std::string& path, std::string_view flag);
 
+// One line from `fd` (standard input for `--rdzv-secret-file -`: an ssh
+// backend can hand the secret over the connection it already has).
+Secret read_secret_line(int fd, std::string_view flag);
+
 // Writes `secret` to a new file readable only by this user (mode 0600).
 void write_secret_file(const std::string& path, const Secret& secret);
 
-// The secret from SGPU_RDZV_SECRET, else from the file, else an error that
-// says how to provide one.
+// The secret from the file ("-": one line of standard input), else from
+// SGPU_RDZV_SECRET, else an error that says how to provide one.
 Secret find_secret(const env::Environment& environment, const std::string& file, std::string_view flag);
 
 Nonce make_nonce();

@@ -1,0 +1,13 @@
+#pragma once
+// Opens the rendezvous's listening socket (internal to lib/rendezvous).
+#include <boost/asio/ip/tcp.hpp>
+
+#include "sgpu/rendezvous/endpoint.hpp"
+
+namespace sgpu::rendezvous {
+
+// Binds and listens on `bind` ("" host: every interface, IPv4 and IPv6 where
+// the node has it; port 0: a free one); returns the port. Throws sgpu::Error.
+int listen_on(boost::asio::ip::tcp::acceptor& acceptor, const Endpoint& bind);
+
+}  // namespace sgpu::rendezvous
