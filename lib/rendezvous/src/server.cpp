@@ -8,11 +8,11 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "listener.hpp"
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/rendezvous/assignment.hpp"
 #include "sgpu/rendezvous/framed_socket.hpp"
-#include "listener.hpp"
 
 namespace sgpu::rendezvous {
 namespace asio = boost::asio;
@@ -58,9 +58,9 @@ struct RendezvousServer::Impl {
   asio::steady_timer heartbeat_timer;
   std::shared_ptr<int> token = std::make_shared<int>(0);  // handlers check it is still alive
   std::unordered_map<std::uint64_t, std::unique_ptr<Peer>> peers;
-  std::vector<Peer*> joined;        // arrival order, until assignment
+  std::vector<Peer*> joined;       // arrival order, until assignment
   std::vector<Join> joined_joins;  // their joins, side by side: checked on every join without copying
-  std::vector<Peer*> nodes;   // by node rank, after assignment
+  std::vector<Peer*> nodes;        // by node rank, after assignment
   std::uint64_t next_id = 1;
   std::size_t unauthenticated = 0;
   std::size_t ready = 0;
