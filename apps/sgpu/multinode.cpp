@@ -19,6 +19,18 @@ env::Seconds parse_limit(const std::string& text, const std::string& where) {
   return *d;
 }
 
+namespace {
+// Where a setting came from, without its value, for messages that add the value themselves.
+std::string subject(const launcher::JobSpec& spec, std::string_view key, const std::string& flag,
+                    const std::string& value) {
+  auto where = where_set(spec, key, flag);
+  auto suffix = " " + value;
+  if (!value.empty() && where.size() > suffix.size() && where.ends_with(suffix))
+    where.resize(where.size() - suffix.size());
+  return where;
+}
+}  // namespace
+
 std::optional<launcher::StaticLaunch> static_launch_from(const launcher::JobSpec& spec,
                                                          const env::Environment& inherited, const std::string& cwd) {
   const auto& r = spec.rendezvous;
@@ -48,7 +60,7 @@ std::optional<launcher::StaticLaunch> static_launch_from(const launcher::JobSpec
   launch.nnodes = spec.nodes;
   launch.node_rank = *r.node_rank;
   launch.endpoint =
-      rendezvous::parse_endpoint(r.endpoint, where_set(spec, "rendezvous.endpoint", "--rdzv-endpoint").c_str());
+      rendezvous::parse_endpoint(r.endpoint, subject(spec, "rendezvous.endpoint", "--rdzv-endpoint", r.endpoint).c_str());
   launch.master_addr = r.master_addr;
   launch.join_timeout =
       parse_limit(r.join_timeout, where_set(spec, "rendezvous.join_timeout", "--join-timeout " + r.join_timeout));
@@ -65,7 +77,8 @@ int run_static(const launcher::StaticLaunch& launch, const launcher::Discovery& 
   launcher::rank_count(spec, discovery.gpus);
   launcher::resolve_program(spec, launch.inherited, launch.cwd);
   auto secret = rendezvous::find_secret(launch.inherited, spec.rendezvous.secret_file,
-                                        where_set(spec, "rendezvous.secret_file", "--rdzv-secret-file"));
+                                        subject(spec, "rendezvous.secret_file", "--rdzv-secret-file",
+                                                spec.rendezvous.secret_file));
   std::signal(SIGPIPE, SIG_IGN);
   if (launch.node_rank != 0) return finish_agent(launcher::run_static_node(launch, secret));
   // Node 0 shows and keeps the run as a one-node launch does, once the

@@ -247,25 +247,30 @@ def test_two_nodes_claiming_one_rank_is_an_error_on_every_node(sgpu, rdzv):
 
 def test_a_node_that_cannot_run_its_part_stops_the_rendezvous(sgpu, rdzv, tmp_path):
     endpoint, secret = rdzv
-    (tmp_path / "job.py").write_text("print('hi')\n")
-    n0 = static_node(sgpu, 2, 0, endpoint, secret, "--nproc", 1, "job.py")
-    # The agent takes the launcher's job but finds no interpreter on its node.
-    a1 = agent(sgpu, endpoint, secret, "--node-name", "nodeb", env=dict(sgpu.env, SGPU_PYTHON="/nonexistent/python"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    prog = bindir / "only-on-node0"
+    prog.write_text("#!/bin/sh\necho hi\n")
+    prog.chmod(0o755)
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, "--nproc", 1, "--no-python", "only-on-node0",
+                     env=dict(sgpu.env, PATH=f"{bindir}:{sgpu.env['PATH']}"))
+    # The agent takes the launcher's job but finds no such program on its node's PATH.
+    a1 = agent(sgpu, endpoint, secret, "--node-name", "nodeb")
     _, e0 = n0.communicate(timeout=30)
     _, e1 = a1.communicate(timeout=30)
-    message = "node nodeb: Python interpreter '/nonexistent/python': no such file (from SGPU_PYTHON)"
-    assert n0.returncode == 127 and message in e0, e0
-    assert a1.returncode == 127 and message in e1, e1
+    for code, err in ((n0.returncode, e0), (a1.returncode, e1)):
+        assert code == 127, err
+        assert re.search(r"node nodeb: .*only-on-node0.*not found", err), err
 
 
 @pytest.mark.parametrize("args,message", [
     (["--nnodes", 2], "--nnodes 2 needs --rdzv-endpoint HOST:PORT"),
     (["--nnodes", 2, "--rdzv-endpoint", "127.0.0.1:29400"], "--nnodes 2 needs --node-rank K (0 to 1)"),
-    (["--nnodes", 2, "--rdzv-endpoint", "127.0.0.1:29400", "--node-rank", 2], "--node-rank 2: must be between 0 and 1"),
+    (["--nnodes", 2, "--rdzv-endpoint", "127.0.0.1:29400", "--node-rank", 2], "--node-rank 2: must be below the number of nodes, 2 (--nnodes)"),
     (["--nnodes", "1:4"], "--nnodes 1:4: elastic node ranges are not supported"),
     (["--nnodes", "x"], "--nnodes x: expected a number of nodes"),
     (["--nnodes", 2, "--rdzv-endpoint", "nohost", "--node-rank", 0], "--rdzv-endpoint nohost: no port"),
-    (["--rdzv-endpoint", "127.0.0.1:29400"], "--rdzv-endpoint is for multi-node runs"),
+    (["--rdzv-endpoint", "127.0.0.1:29400"], "--rdzv-endpoint 127.0.0.1:29400: the rendezvous is for multi-node runs"),
     (["--nnodes", 2, "--rdzv-endpoint", "127.0.0.1:29400", "--node-rank", 0, "--join-timeout", "none"],
      "--join-timeout none: give a limit"),
     (["--nnodes", 2, "--rdzv-endpoint", "127.0.0.1:29400", "--node-rank", 0],

@@ -48,8 +48,8 @@ TEST_CASE("launcher::make_plan places a node's ranks in a multi-node job") {
     PlanInputs one = in;
     one.node_rank = 0;
     one.nnodes = 1;
-    one.rank_base = 0;
-    one.world_size = 0;
+    one.rank_base.reset();
+    one.world_size.reset();
     one.master_addr = "127.0.0.1";
     auto p = make_plan(spec, one);
     CHECK(p.ranks[2].env.at("WORLD_SIZE") == "3");
@@ -91,26 +91,39 @@ TEST_CASE("launcher::encode_job and decode_job") {
   CHECK_THROWS_WITH_AS(decode_job(R"({"format": 9})"), doctest::Contains("job description format 9"), sgpu::Error);
 }
 
-TEST_CASE("launcher::ConsolePrinter prefixes lines with host:rank once nodes are placed") {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  {
-    ConsolePrinter printer({true, fds[1], fds[1]});
-    printer.on_rank_output(1, Stream::Out, "before\n");
-    printer.on_nodes_placed({{0, "node-a", 0, 2}, {1, "node-b", 2, 3}});
-    printer.on_rank_output(0, Stream::Out, "a0\n");
-    printer.on_rank_output(1, Stream::Out, "a1\n");
-    printer.on_rank_output(2, Stream::Out, "b2\n");
-    printer.on_rank_output(4, Stream::Out, "b4 partial");
-    printer.on_rank_output_closed(4, Stream::Out);
+TEST_CASE("launcher::ClusterJob::job_plan lays every node's ranks out with their host") {
+  JobSpec spec;
+  spec.entrypoint = {sgpu::env::Entrypoint::Kind::Script, "train.py", {"--epochs", "3"}};
+  spec.timeout = "1h";
+  spec.grace = "5s";
+  // Nodes of different sizes, reported out of order.
+  auto plan = ClusterJob::job_plan(spec, "r1", "/runs/r1", "/work", {{1, "node-b", 2, 3}, {0, "node-a", 0, 2}},
+                                   "10.0.0.1", 29500);
+  REQUIRE(plan.ranks.size() == 5);
+  struct Row {
+    int rank, local, local_world, node;
+    const char* host;
+  };
+  Row rows[] = {{0, 0, 2, 0, "node-a"}, {1, 1, 2, 0, "node-a"}, {2, 0, 3, 1, "node-b"}, {3, 1, 3, 1, "node-b"},
+                {4, 2, 3, 1, "node-b"}};
+  for (const auto& row : rows) {
+    const auto& r = plan.ranks[static_cast<std::size_t>(row.rank)];
+    CAPTURE(row.rank);
+    CHECK(r.place.rank == row.rank);
+    CHECK(r.place.local_rank == row.local);
+    CHECK(r.place.local_world_size == row.local_world);
+    CHECK(r.place.node_rank == row.node);
+    CHECK(r.place.world_size == 5);
+    CHECK(r.place.nnodes == 2);
+    CHECK(r.host == row.host);
+    CHECK(r.files.error_file == "/runs/r1/ranks/" + std::to_string(row.rank) + "/error.json");
   }
-  ::close(fds[1]);
-  std::string text;
-  char buf[256];
-  ssize_t n = 0;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  CHECK(text == "[1] before\n[node-a:0] a0\n[node-a:1] a1\n[node-b:2] b2\n[node-b:4] b4 partial\n");
+  CHECK(plan.master_addr == "10.0.0.1");
+  CHECK(plan.master_port == 29500);
+  CHECK(plan.argv == std::vector<std::string>{"python3", "-u", "train.py", "--epochs", "3"});
+  REQUIRE(plan.timeout);
+  CHECK(plan.timeout->count() == 3600);
+  CHECK(plan.grace.count() == 5);
 }
 
 TEST_CASE("launcher::describe_end") {

@@ -10,6 +10,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/job_wire.hpp"
 #include "sgpu/launcher/run_dir.hpp"
@@ -84,6 +85,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
   asio::steady_timer timeout_timer;
   asio::steady_timer grace_timer;
   asio::steady_timer progress_timer;
+  const ClusterJob::ObserverFactory* make_observer = nullptr;
   JobObserver* observer = nullptr;
   std::vector<rdzv::NodeInfo> nodes;
   std::vector<NodeState> node_state;
@@ -147,7 +149,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
     });
   }
 
-  void on_started(const std::vector<rdzv::NodeInfo>& infos, const rdzv::Start&) override {
+  void on_started(const std::vector<rdzv::NodeInfo>& infos, const rdzv::Start& start) override {
     started = true;
     progress_timer.cancel();
     nodes = infos;
@@ -163,6 +165,19 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
     outcome.ranks.resize(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) outcome.ranks[static_cast<std::size_t>(r)].rank = r;
     output_open.assign(static_cast<std::size_t>(world), {false, false});
+    try {
+      auto plan = ClusterJob::job_plan(spec, run_id, run_dir, cwd, placement, start.master_addr,
+                                       static_cast<int>(start.master_port));
+      // The launcher keeps every node's logs and files: ranks/<r>/ for each rank.
+      create_run_dir(fs::path(run_dir).parent_path().string(), run_id, world);
+      observer = &(*make_observer)(io, plan);
+    } catch (const Error& e) {
+      // Nothing can show or keep the run: every node stops at once.
+      failure = {e.what(), e.exit_code()};
+      server->abort(e.what(), e.exit_code());
+      stop_waiting();
+      return;
+    }
     observer->on_nodes_placed(placement);
     if (timeout) {
       timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(*timeout));
@@ -403,9 +418,46 @@ void ClusterJob::node_failed(int node_rank, const std::string& why) {
   s.lose(static_cast<std::uint32_t>(node_rank), why);
 }
 
-JobOutcome ClusterJob::run(JobObserver& observer) {
+LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, const std::string& run_dir,
+                                const std::string& cwd, const std::vector<NodePlacement>& nodes,
+                                const std::string& master_addr, int master_port) {
+  LaunchPlan plan;
+  plan.run_id = run_id;
+  plan.run_dir = run_dir;
+  plan.cwd = cwd;
+  // Each node resolves the program on its own PATH; the plan shows the name asked for.
+  plan.executable = spec.entrypoint.kind == env::Entrypoint::Kind::Executable
+                        ? spec.entrypoint.target
+                        : (spec.python.empty() ? std::string("python3") : spec.python);
+  plan.argv = env::build_argv(spec.entrypoint, plan.executable);
+  plan.gpu_type = spec.gpu_type;
+  plan.master_addr = master_addr;
+  plan.master_port = master_port;
+  plan.timeout = env::parse_duration(spec.timeout, "--timeout");
+  if (auto g = env::parse_duration(spec.grace, "--grace")) plan.grace = *g;
+  int world = 0;
+  for (const auto& n : nodes) world += n.ranks;
+  auto nnodes = static_cast<int>(nodes.size());
+  for (const auto& n : nodes) {
+    for (int local = 0; local < n.ranks; ++local) {
+      RankPlan rank;
+      int global = n.first_rank + local;
+      rank.place = {global, local, world, n.ranks, n.node_rank, nnodes};
+      rank.host = n.host;
+      auto dir = fs::path(run_dir) / "ranks" / std::to_string(global);
+      rank.files.error_file = (dir / "error.json").string();
+      rank.files.result_file = (dir / "result").string();
+      plan.ranks.push_back(std::move(rank));
+    }
+  }
+  std::sort(plan.ranks.begin(), plan.ranks.end(),
+            [](const RankPlan& a, const RankPlan& b) { return a.place.rank < b.place.rank; });
+  return plan;
+}
+
+JobOutcome ClusterJob::run(const ObserverFactory& make_observer) {
   auto& s = *impl_;
-  s.observer = &observer;
+  s.make_observer = &make_observer;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) s.signals.add(sig);
   s.arm_signals();
   s.server->start();

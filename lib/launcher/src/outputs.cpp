@@ -71,6 +71,12 @@ struct JobOutputs::Impl {
   std::optional<StatusLine> status;
   FanOut fanout;
 
+  static std::vector<std::string> rank_hosts(const LaunchPlan& p) {
+    std::vector<std::string> hosts;
+    for (const auto& r : p.ranks) hosts.push_back(r.host);
+    return hosts;
+  }
+
   static ConsoleSink make_sink(const JobSpec& spec, const env::Environment& e) {
     // With -o json stdout carries the summary alone: the job's lines go to stderr.
     int out_fd = spec.output_format == "json" ? 2 : 1;
@@ -81,7 +87,9 @@ struct JobOutputs::Impl {
 
   static ConsoleOptions console_options(const JobSpec& spec, const LaunchPlan& plan, const env::Environment& e) {
     ConsoleOptions o;
-    for (const auto& r : plan.ranks) o.labels.push_back(std::to_string(r.place.rank));
+    // Once ranks span nodes every line names its node: "host:3".
+    for (const auto& r : plan.ranks)
+      o.labels.push_back(r.host.empty() ? std::to_string(r.place.rank) : fmt::format("{}:{}", r.host, r.place.rank));
     o.ranks = spec.console_ranks;
     if (spec.raw_output) o.raw_rank = spec.console_ranks.empty() ? 0 : spec.console_ranks.front();
     o.timestamps = spec.timestamps;
@@ -98,7 +106,7 @@ struct JobOutputs::Impl {
         spec(spec_json(job, p)),
         json_output(job.output_format == "json"),
         sink(make_sink(job, e)),
-        run_log(p.run_dir, static_cast<int>(p.ranks.size()), host),
+        run_log(p.run_dir, static_cast<int>(p.ranks.size()), host, rank_hosts(p)),
         console(sink, console_options(job, p, e)) {
     write_file_atomic((fs::path(plan.run_dir) / "spec.json").string(), dump_json(spec));
     run_log.append_event({{"event", "run_started"},
@@ -106,7 +114,7 @@ struct JobOutputs::Impl {
                           {"host", host},
                           {"sgpu_pid", ::getpid()},
                           {"world_size", plan.ranks.size()},
-                          {"nnodes", 1},
+                          {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
                           {"spec", "spec.json"}});
     fanout.add(run_log);
     fanout.add(console);
@@ -128,7 +136,7 @@ struct JobOutputs::Impl {
     for (const auto& r : plan.ranks) {
       RankReport rank;
       rank.rank = r.place.rank;
-      rank.host = host;
+      rank.host = r.host.empty() ? host : r.host;
       auto result = read_file(r.files.result_file, kResultLimit + 1);
       if (result && result->size() > kResultLimit) {
         report.warnings.push_back(fmt::format("{}: over {} MiB, left out of the summary (result null)",
@@ -169,6 +177,9 @@ struct JobOutputs::Impl {
       case Kind::SpawnFailed:
         cause.rank = outcome.end.rank;
         cause.message = outcome.spawn_error;
+        return cause;
+      case Kind::NodeLost:
+        cause.message = fmt::format("node {} was lost: {}", outcome.end.host, outcome.end.reason);
         return cause;
       case Kind::RankFailed:
         break;

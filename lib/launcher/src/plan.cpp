@@ -51,7 +51,7 @@ void resolve_nproc_mode(JobSpec& spec, const std::vector<env::Gpu>& inventory, i
 LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   LaunchPlan plan;
   int n = rank_count(spec, in.inventory);
-  int nodes = std::max(1, spec.nodes);
+  int nodes = in.nnodes > 0 ? in.nnodes : std::max(1, spec.nodes);
   bool use_gpus = spec.gpus || spec.gpus_per_node ||
                   (!spec.nproc &&
                    std::any_of(in.inventory.begin(), in.inventory.end(), [](const env::Gpu& g) { return g.visible; }));

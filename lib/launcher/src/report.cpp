@@ -21,6 +21,7 @@ std::string verdict_text(const RunReport& report, const RankReport& r) {
   if (is_root_cause(report, r)) return name == "failed" ? "FAILED (root cause)" : "could not start (root cause)";
   if (name == "terminated_by_sgpu") return "terminated by sgpu";
   if (name == "not_started") return "not started";
+  if (name == "lost") return "lost with its node";
   return name == "failed" ? "FAILED" : name;
 }
 
@@ -47,7 +48,7 @@ std::string stopped_by_sgpu(const RunReport& report) {
 }  // namespace
 
 std::string rank_verdict_name(const RankReport& r) {
-  if (!r.status) return "not_started";
+  if (!r.status) return r.pid > 0 ? "lost" : "not_started";
   if (r.status->success()) return "ok";
   return r.terminated_by_sgpu ? "terminated_by_sgpu" : "failed";
 }
@@ -76,17 +77,21 @@ std::string headline(const RunReport& report) {
           "sgpu: {} rank{} exited 0 in {}; logs in {}", report.ranks.size(), report.ranks.size() == 1 ? "" : "s",
           env::format_duration(env::Seconds(duration_seconds(report.started, report.ended))), report.run_dir);
     case Kind::RankFailed:
-      return fmt::format("sgpu: rank {} failed first: {}{} (exit code {})", end.rank, end.status.describe(),
+      return fmt::format("sgpu: rank {}{} failed first: {}{} (exit code {})", end.rank,
+                         end.host.empty() ? "" : fmt::format(" ({})", end.host), end.status.describe(),
                          stopped_by_sgpu(report), report.exit_code);
     case Kind::TimedOut:
       return fmt::format("sgpu: error: the job timed out after {} (--timeout){} (exit code 124)",
                          report.timeout ? env::format_duration(*report.timeout) : "?", stopped_by_sgpu(report));
     case Kind::Interrupted:
-      return fmt::format("sgpu: interrupted by {}{} (exit code {})", env::signal_name(end.signal),
-                         stopped_by_sgpu(report), report.exit_code);
+      return fmt::format("sgpu: interrupted by {}{}{} (exit code {})", env::signal_name(end.signal),
+                         end.host.empty() ? "" : " on " + end.host, stopped_by_sgpu(report), report.exit_code);
     case Kind::SpawnFailed:
-      return fmt::format("sgpu: error: cannot start rank {}: {}", end.rank,
+      return fmt::format("sgpu: error: cannot start rank {}{}: {}", end.rank, end.host.empty() ? "" : " on " + end.host,
                          report.root_cause ? report.root_cause->message : std::string("?"));
+    case Kind::NodeLost:
+      return fmt::format("sgpu: error: node {} was lost: {}{} (exit code {})", end.host, end.reason,
+                         stopped_by_sgpu(report), report.exit_code);
   }
   return "sgpu: the job ended";
 }

@@ -24,6 +24,8 @@ const char* job_end_name(env::JobEnd::Kind kind) {
       return "interrupted";
     case env::JobEnd::Kind::SpawnFailed:
       return "spawn_failed";
+    case env::JobEnd::Kind::NodeLost:
+      return "node_lost";
   }
   return "unknown";
 }
@@ -45,11 +47,14 @@ nlohmann::ordered_json teardown_event(const env::JobEnd& cause) {
   if (cause.kind == env::JobEnd::Kind::RankFailed || cause.kind == env::JobEnd::Kind::SpawnFailed)
     e["rank"] = cause.rank;
   if (cause.kind == env::JobEnd::Kind::Interrupted) e["signal"] = env::signal_name(cause.signal);
+  if (!cause.host.empty()) e["host"] = cause.host;
+  if (cause.kind == env::JobEnd::Kind::NodeLost) e["lost"] = cause.reason;
   return e;
 }
 
-RunLog::RunLog(const std::string& run_dir, int world_size, std::string host)
+RunLog::RunLog(const std::string& run_dir, int world_size, std::string host, std::vector<std::string> rank_hosts)
     : host_(std::move(host)),
+      rank_hosts_(std::move(rank_hosts)),
       started_(static_cast<std::size_t>(world_size)),
       pids_(static_cast<std::size_t>(world_size), -1) {
   logs_.reserve(static_cast<std::size_t>(world_size) * 2);
@@ -67,10 +72,15 @@ void RunLog::append_event(const nlohmann::ordered_json& event) {
   events_.append(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
 }
 
+const std::string& RunLog::host_of(int rank) const {
+  auto r = static_cast<std::size_t>(rank);
+  return r < rank_hosts_.size() && !rank_hosts_[r].empty() ? rank_hosts_[r] : host_;
+}
+
 void RunLog::on_rank_started(int rank, int pid) {
   started_.at(static_cast<std::size_t>(rank)) = Clock::now();
   pids_.at(static_cast<std::size_t>(rank)) = pid;
-  append_event({{"event", "rank_started"}, {"rank", rank}, {"host", host_}, {"attempt", 0}, {"pid", pid}});
+  append_event({{"event", "rank_started"}, {"rank", rank}, {"host", host_of(rank)}, {"attempt", 0}, {"pid", pid}});
 }
 
 void RunLog::on_rank_output(int rank, Stream stream, std::string_view bytes) {
@@ -79,7 +89,7 @@ void RunLog::on_rank_output(int rank, Stream stream, std::string_view bytes) {
 
 void RunLog::on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) {
   std::chrono::duration<double> took = Clock::now() - started_.at(static_cast<std::size_t>(rank));
-  append_event(rank_exited_event(rank, host_, pids_.at(static_cast<std::size_t>(rank)), status, terminated_by_sgpu,
+  append_event(rank_exited_event(rank, host_of(rank), pids_.at(static_cast<std::size_t>(rank)), status, terminated_by_sgpu,
                                  took.count()));
 }
 

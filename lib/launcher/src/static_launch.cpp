@@ -20,7 +20,8 @@ AgentOptions agent_options(const StaticLaunch& launch) {
 }
 }  // namespace
 
-JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret& secret, JobObserver& observer) {
+JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret& secret,
+                           const ClusterJob::ObserverFactory& make_observer) {
   boost::asio::io_context io(1);
   ClusterOptions options;
   options.nnodes = launch.nnodes;
@@ -37,7 +38,7 @@ JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret&
   local.handle_signals = false;  // the ClusterJob owns them and passes them on
   Agent agent(io, local, secret);
   agent.start([](const AgentResult&) {});
-  return job.run(observer);
+  return job.run(make_observer);
 }
 
 AgentResult run_static_node(const StaticLaunch& launch, const rendezvous::Secret& secret) {

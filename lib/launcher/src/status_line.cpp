@@ -19,6 +19,8 @@ const char* teardown_reason(const env::JobEnd& cause) {
       return "interrupted";
     case env::JobEnd::Kind::SpawnFailed:
       return "a rank could not start";
+    case env::JobEnd::Kind::NodeLost:
+      return "a node was lost";
     case env::JobEnd::Kind::Completed:
       break;
   }

@@ -8,7 +8,10 @@
 //   ClusterJob job(io, spec, {.nnodes = 2, .node_names = {"a", "b"}}, env, cwd);
 //   for (int k = 0; k < 2; ++k)   // e.g. ssh NAME sgpu ARGS, environment added
 //     start_agent(names[k], job.agent_args(launcher_host, k), job.agent_environment());
-//   JobOutcome outcome = job.run(console);   // throws sgpu::Error if the rendezvous fails
+//   JobOutcome outcome = job.run([&](io_context& io, const LaunchPlan& plan) -> JobObserver& {
+//     outputs.emplace(io, spec, plan, env);   // once the nodes are placed
+//     return outputs->observer();
+//   });                                        // throws sgpu::Error if the rendezvous fails
 //
 // run() owns SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 and passes them to every
 // node. The first failure anywhere (a rank, a lost node, the timeout) stops
@@ -25,6 +28,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/events.hpp"
+#include "sgpu/launcher/plan.hpp"
 #include "sgpu/launcher/spec.hpp"
 #include "sgpu/launcher/supervisor.hpp"
 #include "sgpu/rendezvous/auth.hpp"
@@ -74,7 +78,17 @@ class ClusterJob {
   // the run the node counts as lost. Ignored once the node has reported.
   void node_failed(int node_rank, const std::string& why);
 
-  JobOutcome run(JobObserver& observer);
+  // Called once, when every node has joined and the ranks start: the whole
+  // job's plan (every node's ranks with their host, the run directory, the
+  // rendezvous's MASTER_ADDR/PORT). It returns the observer that sees every
+  // rank; an sgpu::Error it throws ends the run on every node.
+  using ObserverFactory = std::function<JobObserver&(boost::asio::io_context&, const LaunchPlan&)>;
+  JobOutcome run(const ObserverFactory& make_observer);
+
+  // The job-wide plan the factory gets, from the nodes' placement. Pure.
+  static LaunchPlan job_plan(const JobSpec& spec, const std::string& run_id, const std::string& run_dir,
+                             const std::string& cwd, const std::vector<NodePlacement>& nodes,
+                             const std::string& master_addr, int master_port);
 
  private:
   struct Impl;

@@ -15,6 +15,7 @@ namespace sgpu::launcher {
 
 struct RankPlan {
   env::RankPlacement place;
+  std::string host;  // the node it runs on, in a multi-node run; "" on one node
   std::vector<int> gpus;  // GPU indices this rank is meant to use
   env::RankFiles files;
   env::Environment env;
@@ -46,6 +47,7 @@ struct PlanInputs {
   std::string cwd;
   int master_port = 0;
   int node_rank = 0;        // which of spec.nodes this plan is for
+  int nnodes = 0;           // the job's node count once a rendezvous has placed it; 0: spec.nodes
   std::string master_addr;  // "" means spec.rendezvous.master_addr, else 127.0.0.1
   // Once a rendezvous has placed the node: its first global rank and the
   // job's world size (nodes may differ). Unset: spec.nodes equal nodes.

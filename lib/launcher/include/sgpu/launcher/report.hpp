@@ -52,7 +52,8 @@ struct RunReport {
   std::vector<std::string> warnings;  // e.g. a log file that could not be written in full
 };
 
-// "ok", "failed", "terminated_by_sgpu", "not_started" (the JSON spelling).
+// "ok", "failed", "terminated_by_sgpu", "not_started", "lost" (started on a
+// node that was lost: how it ended is unknown) (the JSON spelling).
 std::string rank_verdict_name(const RankReport& r);
 // "0", "7", "SIGKILL", "-" (never started).
 std::string exit_text(const std::optional<env::ExitStatus>& status);

@@ -22,13 +22,14 @@ namespace sgpu::launcher {
 nlohmann::ordered_json rank_exited_event(int rank, const std::string& host, int pid, const env::ExitStatus& status,
                                          bool terminated_by_sgpu, double duration_s);
 nlohmann::ordered_json teardown_event(const env::JobEnd& cause);
-// "completed", "rank_failed", "timed_out", "interrupted", "spawn_failed".
+// "completed", "rank_failed", "timed_out", "interrupted", "spawn_failed", "node_lost".
 const char* job_end_name(env::JobEnd::Kind kind);
 
 class RunLog : public JobObserver {
  public:
   // Creates the log files and events.jsonl; throws sgpu::Error naming a file it cannot create.
-  RunLog(const std::string& run_dir, int world_size, std::string host);
+  // `rank_hosts` names each rank's node in a multi-node run; empty: every rank runs on `host`.
+  RunLog(const std::string& run_dir, int world_size, std::string host, std::vector<std::string> rank_hosts = {});
 
   void on_rank_started(int rank, int pid) override;
   void on_rank_output(int rank, Stream stream, std::string_view bytes) override;
@@ -41,7 +42,10 @@ class RunLog : public JobObserver {
   std::vector<std::string> write_errors() const;
 
  private:
+  const std::string& host_of(int rank) const;
+
   std::string host_;
+  std::vector<std::string> rank_hosts_;
   std::vector<AppendFile> logs_;  // rank * 2 + stream
   std::vector<Clock::time_point> started_;
   std::vector<int> pids_;

@@ -9,6 +9,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/agent.hpp"
+#include "sgpu/launcher/cluster_job.hpp"
 #include "sgpu/launcher/events.hpp"
 #include "sgpu/launcher/spec.hpp"
 #include "sgpu/launcher/supervisor.hpp"
@@ -30,7 +31,8 @@ struct StaticLaunch {
 };
 
 // Node 0. Throws sgpu::Error when the rendezvous fails.
-JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret& secret, JobObserver& observer);
+JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret& secret,
+                           const ClusterJob::ObserverFactory& make_observer);
 
 // Any other node: to the launcher's verdict, or to why it could not take part.
 AgentResult run_static_node(const StaticLaunch& launch, const rendezvous::Secret& secret);
