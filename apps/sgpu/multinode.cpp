@@ -40,9 +40,10 @@ std::optional<launcher::StaticLaunch> static_launch_from(const launcher::JobSpec
       throw Error(fmt::format("{}: a one-node run has only node rank 0",
                               where_set(spec, "rendezvous.node_rank", fmt::format("--node-rank {}", *r.node_rank))));
     if (!r.endpoint.empty())
-      throw Error(fmt::format("{}: the rendezvous is for multi-node runs; give --nnodes N (N > 1) on every node, or "
-                              "drop it",
-                              where_set(spec, "rendezvous.endpoint", "--rdzv-endpoint " + r.endpoint)));
+      throw Error(
+          fmt::format("{}: the rendezvous is for multi-node runs; give --nnodes N (N > 1) on every node, or "
+                      "drop it",
+                      where_set(spec, "rendezvous.endpoint", "--rdzv-endpoint " + r.endpoint)));
     return std::nullopt;
   }
   if (r.endpoint.empty())
@@ -59,13 +60,13 @@ std::optional<launcher::StaticLaunch> static_launch_from(const launcher::JobSpec
   launch.spec = spec;
   launch.nnodes = spec.nodes;
   launch.node_rank = *r.node_rank;
-  launch.endpoint =
-      rendezvous::parse_endpoint(r.endpoint, subject(spec, "rendezvous.endpoint", "--rdzv-endpoint", r.endpoint).c_str());
+  launch.endpoint = rendezvous::parse_endpoint(
+      r.endpoint, subject(spec, "rendezvous.endpoint", "--rdzv-endpoint", r.endpoint).c_str());
   launch.master_addr = r.master_addr;
   launch.join_timeout =
       parse_limit(r.join_timeout, where_set(spec, "rendezvous.join_timeout", "--join-timeout " + r.join_timeout));
-  launch.heartbeat_timeout = parse_limit(
-      r.heartbeat_timeout, where_set(spec, "rendezvous.heartbeat_timeout", "--heartbeat-timeout " + r.heartbeat_timeout));
+  launch.heartbeat_timeout = parse_limit(r.heartbeat_timeout, where_set(spec, "rendezvous.heartbeat_timeout",
+                                                                        "--heartbeat-timeout " + r.heartbeat_timeout));
   launch.inherited = inherited;
   launch.cwd = cwd;
   return launch;
@@ -76,20 +77,20 @@ int run_static(const launcher::StaticLaunch& launch, const launcher::Discovery& 
   // This node's own mistakes, before any network.
   launcher::rank_count(spec, discovery.gpus);
   launcher::resolve_program(spec, launch.inherited, launch.cwd);
-  auto secret = rendezvous::find_secret(launch.inherited, spec.rendezvous.secret_file,
-                                        subject(spec, "rendezvous.secret_file", "--rdzv-secret-file",
-                                                spec.rendezvous.secret_file));
+  auto secret = rendezvous::find_secret(
+      launch.inherited, spec.rendezvous.secret_file,
+      subject(spec, "rendezvous.secret_file", "--rdzv-secret-file", spec.rendezvous.secret_file));
   std::signal(SIGPIPE, SIG_IGN);
   if (launch.node_rank != 0) return finish_agent(launcher::run_static_node(launch, secret));
   // Node 0 shows and keeps the run as a one-node launch does, once the
   // rendezvous has said which node runs which ranks.
   std::unique_ptr<launcher::JobOutputs> outputs;
-  auto outcome = launcher::run_static_host(launch, secret, [&](boost::asio::io_context& io, const launcher::LaunchPlan& plan)
-                                               -> launcher::JobObserver& {
-    launcher::check_output_options(spec, static_cast<int>(plan.ranks.size()));
-    outputs = std::make_unique<launcher::JobOutputs>(io, spec, plan, launch.inherited);
-    return outputs->observer();
-  });
+  auto outcome = launcher::run_static_host(
+      launch, secret, [&](boost::asio::io_context& io, const launcher::LaunchPlan& plan) -> launcher::JobObserver& {
+        launcher::check_output_options(spec, static_cast<int>(plan.ranks.size()));
+        outputs = std::make_unique<launcher::JobOutputs>(io, spec, plan, launch.inherited);
+        return outputs->observer();
+      });
   return outputs->finish(outcome);
 }
 

@@ -104,7 +104,10 @@ TEST_CASE("launcher::ClusterJob::job_plan lays every node's ranks out with their
     int rank, local, local_world, node;
     const char* host;
   };
-  Row rows[] = {{0, 0, 2, 0, "node-a"}, {1, 1, 2, 0, "node-a"}, {2, 0, 3, 1, "node-b"}, {3, 1, 3, 1, "node-b"},
+  Row rows[] = {{0, 0, 2, 0, "node-a"},
+                {1, 1, 2, 0, "node-a"},
+                {2, 0, 3, 1, "node-b"},
+                {3, 1, 3, 1, "node-b"},
                 {4, 2, 3, 1, "node-b"}};
   for (const auto& row : rows) {
     const auto& r = plan.ranks[static_cast<std::size_t>(row.rank)];

@@ -89,8 +89,8 @@ void RunLog::on_rank_output(int rank, Stream stream, std::string_view bytes) {
 
 void RunLog::on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) {
   std::chrono::duration<double> took = Clock::now() - started_.at(static_cast<std::size_t>(rank));
-  append_event(rank_exited_event(rank, host_of(rank), pids_.at(static_cast<std::size_t>(rank)), status, terminated_by_sgpu,
-                                 took.count()));
+  append_event(rank_exited_event(rank, host_of(rank), pids_.at(static_cast<std::size_t>(rank)), status,
+                                 terminated_by_sgpu, took.count()));
 }
 
 void RunLog::on_teardown(const env::JobEnd& cause) { append_event(teardown_event(cause)); }

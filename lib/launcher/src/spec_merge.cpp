@@ -115,8 +115,8 @@ void check_whole(const Merged& m, const JobSpec& spec, std::vector<std::string>&
   unused("ssh.", spec.backend == "ssh", fmt::format("the backend is {}, not ssh", spec.backend));
   unused("slurm.", spec.backend == "slurm", fmt::format("the backend is {}, not slurm", spec.backend));
   // rendezvous.endpoint on one node is an error of its own (sgpu launch says why).
-  for (auto key : {"rendezvous.secret_file", "rendezvous.join_timeout",
-                   "rendezvous.heartbeat_timeout", "rendezvous.master_addr"})
+  for (auto key :
+       {"rendezvous.secret_file", "rendezvous.join_timeout", "rendezvous.heartbeat_timeout", "rendezvous.master_addr"})
     unused(key, spec.nodes > 1, "the job runs on one node");
 }
 

@@ -15,7 +15,7 @@ namespace sgpu::launcher {
 
 struct RankPlan {
   env::RankPlacement place;
-  std::string host;  // the node it runs on, in a multi-node run; "" on one node
+  std::string host;       // the node it runs on, in a multi-node run; "" on one node
   std::vector<int> gpus;  // GPU indices this rank is meant to use
   env::RankFiles files;
   env::Environment env;
