@@ -39,9 +39,9 @@ TEST_CASE("env::ssh_argv") {
   h.host = "worker-1";
   SUBCASE("defaults: batch mode, timeouts, keep-alive, no tty, no escape") {
     SshOptions o;
-    CHECK(ssh_argv(o, h, {"sgpu", "agent"}) == V{"ssh", "-T", "-e", "none", "-o", "BatchMode=yes", "-o",
-                                                 "ConnectTimeout=10", "-o", "ServerAliveInterval=5", "-o",
-                                                 "ServerAliveCountMax=3", "--", "worker-1", "sgpu agent"});
+    CHECK(ssh_argv(o, h, "sgpu agent") == V{"ssh", "-T", "-e", "none", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                                            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "--",
+                                            "worker-1", "sgpu agent"});
   }
   SUBCASE("spec options come before sgpu's so they win; BatchMode stays first") {
     SshOptions o;
@@ -51,23 +51,23 @@ TEST_CASE("env::ssh_argv") {
     o.user = "svc";
     o.control_path = "/run/sgpu/cm-%C";
     o.options = {"ConnectTimeout=30", "StrictHostKeyChecking=accept-new"};
-    CHECK(ssh_argv(o, h, {"true"}) == V{"ssh",      "-F",
-                                        "/tmp/cfg", "-T",
-                                        "-e",       "none",
-                                        "-o",       "BatchMode=yes",
-                                        "-o",       "ConnectTimeout=30",
-                                        "-o",       "StrictHostKeyChecking=accept-new",
-                                        "-o",       "ConnectTimeout=10",
-                                        "-o",       "ServerAliveInterval=5",
-                                        "-o",       "ServerAliveCountMax=3",
-                                        "-o",       "ControlMaster=auto",
-                                        "-o",       "ControlPath=/run/sgpu/cm-%C",
-                                        "-o",       "ControlPersist=60",
-                                        "-i",       "/k/id",
-                                        "-p",       "2222",
-                                        "-l",       "svc",
-                                        "--",       "worker-1",
-                                        "true"});
+    CHECK(ssh_argv(o, h, "true") == V{"ssh",      "-F",
+                                      "/tmp/cfg", "-T",
+                                      "-e",       "none",
+                                      "-o",       "BatchMode=yes",
+                                      "-o",       "ConnectTimeout=30",
+                                      "-o",       "StrictHostKeyChecking=accept-new",
+                                      "-o",       "ConnectTimeout=10",
+                                      "-o",       "ServerAliveInterval=5",
+                                      "-o",       "ServerAliveCountMax=3",
+                                      "-o",       "ControlMaster=auto",
+                                      "-o",       "ControlPath=/run/sgpu/cm-%C",
+                                      "-o",       "ControlPersist=60",
+                                      "-i",       "/k/id",
+                                      "-p",       "2222",
+                                      "-l",       "svc",
+                                      "--",       "worker-1",
+                                      "true"});
   }
   SUBCASE("the host's own user and port win over the spec's") {
     SshOptions o;
@@ -75,7 +75,7 @@ TEST_CASE("env::ssh_argv") {
     o.user = "svc";
     h.user = "alice";
     h.port = 22;
-    auto argv = ssh_argv(o, h, {});
+    auto argv = ssh_argv(o, h, "");
     CHECK(V(argv.end() - 6, argv.end()) == V{"-p", "22", "-l", "alice", "--", "worker-1"});
   }
 }
@@ -87,5 +87,27 @@ TEST_CASE("env::check_ssh_option") {
   for (const char* o : bad) {
     CAPTURE(o);
     CHECK_THROWS_WITH_AS(check_ssh_option(o, "[ssh] options"), doctest::Contains("[ssh] options: '"), sgpu::Error);
+  }
+}
+
+TEST_CASE("env::agent_bootstrap_script") {
+  AgentBootstrap b;
+  b.secret_names = {"SGPU_RDZV_SECRET"};
+  b.exports = {{"CUDA_VISIBLE_DEVICES", "0,2"}, {"ODD", "a b'c"}};
+  b.cd = "/data/my run";
+  b.argv = {"sgpu", "agent", "--rdzv", std::string(kLauncherAddress) + ":29400", "--node-name", "$(id)"};
+  CHECK(agent_bootstrap_script(b) ==
+        "IFS= read -r SGPU_RDZV_SECRET || exit 125; export SGPU_RDZV_SECRET; "
+        "CUDA_VISIBLE_DEVICES=0,2; export CUDA_VISIBLE_DEVICES; ODD='a b'\\''c'; export ODD; "
+        "set -- $SSH_CONNECTION; case $1 in *:*) sgpu_launcher=\"[$1]\";; *) sgpu_launcher=$1;; esac; "
+        "cd '/data/my run' || exit 1; command -v sgpu >/dev/null 2>&1 || exit 127; echo sgpu-ssh-ready; "
+        "sgpu agent --rdzv \"$sgpu_launcher\":29400 --node-name '$(id)'; exit $?");
+  SUBCASE("a shipped binary by path, no secrets, the launcher inside a word") {
+    AgentBootstrap s;
+    s.argv = {"/home/u/.cache/sgpu/bin/sgpu-ab12", "x=" + std::string(kLauncherAddress) + "/" + kLauncherAddress};
+    CHECK(agent_bootstrap_script(s) ==
+          "set -- $SSH_CONNECTION; case $1 in *:*) sgpu_launcher=\"[$1]\";; *) sgpu_launcher=$1;; esac; "
+          "command -v /home/u/.cache/sgpu/bin/sgpu-ab12 >/dev/null 2>&1 || exit 127; echo sgpu-ssh-ready; "
+          "/home/u/.cache/sgpu/bin/sgpu-ab12 x=\"$sgpu_launcher\"/\"$sgpu_launcher\"; exit $?");
   }
 }

@@ -26,6 +26,48 @@ std::string remote_shell_command(const std::vector<std::string>& argv) {
   return out;
 }
 
+namespace {
+
+// A word with kLauncherAddress in it: the literal parts quoted, the address
+// expanded by the remote shell.
+std::string with_launcher_address(const std::string& word) {
+  std::string out;
+  std::string_view rest = word;
+  std::string_view marker = kLauncherAddress;
+  for (auto pos = rest.find(marker); pos != std::string_view::npos; pos = rest.find(marker)) {
+    if (pos > 0) out += shell_quote(rest.substr(0, pos));
+    out += "\"$sgpu_launcher\"";
+    rest.remove_prefix(pos + marker.size());
+  }
+  if (!rest.empty()) out += shell_quote(rest);
+  return out;
+}
+
+}  // namespace
+
+std::string agent_bootstrap_script(const AgentBootstrap& boot) {
+  std::string s;
+  for (const auto& name : boot.secret_names) s += fmt::format("IFS= read -r {0} || exit 125; export {0}; ", name);
+  for (const auto& [name, value] : boot.exports) s += fmt::format("{}={}; export {}; ", name, shell_quote(value), name);
+  s += "set -- $SSH_CONNECTION; case $1 in *:*) sgpu_launcher=\"[$1]\";; *) sgpu_launcher=$1;; esac; ";
+  if (!boot.cd.empty()) s += fmt::format("cd {} || exit 1; ", shell_quote(boot.cd));
+  if (!boot.argv.empty()) {
+    const auto& program = boot.argv.front();
+    s += fmt::format("command -v {} >/dev/null 2>&1 || exit 127; ", shell_quote(program));
+    s += fmt::format("echo {}; ", kReadyMarker);
+    std::string words;
+    for (std::size_t i = 0; i < boot.argv.size(); ++i) {
+      const auto& w = boot.argv[i];
+      std::string quoted =
+          w.find(kLauncherAddress) != std::string::npos ? with_launcher_address(w) : remote_shell_command({w});
+      if (i == 0) quoted = remote_shell_command({w});
+      words += (i ? " " : "") + quoted;
+    }
+    s += words + "; exit $?";
+  }
+  return s;
+}
+
 void check_ssh_option(const std::string& option, const std::string& where) {
   auto sep = option.find_first_of("= ");
   bool ok = sep != std::string::npos && sep > 0 && sep + 1 < option.size() &&
@@ -38,8 +80,7 @@ void check_ssh_option(const std::string& option, const std::string& where) {
                     where, option));
 }
 
-std::vector<std::string> ssh_argv(const SshOptions& opts, const HostEntry& host,
-                                  const std::vector<std::string>& remote_argv) {
+std::vector<std::string> ssh_argv(const SshOptions& opts, const HostEntry& host, const std::string& remote_command) {
   std::vector<std::string> argv{opts.program};
   if (!opts.config_file.empty()) argv.insert(argv.end(), {"-F", opts.config_file});
   // No tty (the agent speaks a protocol on stdin/stdout), no escape character
@@ -60,7 +101,7 @@ std::vector<std::string> ssh_argv(const SshOptions& opts, const HostEntry& host,
   if (!user.empty()) argv.insert(argv.end(), {"-l", user});
   // "--" so that no host name can be read as an option, whatever the parser let through.
   argv.insert(argv.end(), {"--", host.host});
-  if (!remote_argv.empty()) argv.push_back(remote_shell_command(remote_argv));
+  if (!remote_command.empty()) argv.push_back(remote_command);
   return argv;
 }
 

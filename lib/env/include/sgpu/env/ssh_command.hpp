@@ -8,6 +8,7 @@
 // as the remote login shell.
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sgpu/env/hosts.hpp"
@@ -33,11 +34,32 @@ struct SshOptions {
 };
 
 // ssh [-F ...] -T -e none -o BatchMode=yes <options> <sgpu's defaults>
-//     [-i ...] [-p ...] [-l ...] -- host 'remote command'
+//     [-i ...] [-p ...] [-l ...] -- host [remote_command]
 // BatchMode is forced (a password prompt would hang the job); for the other
 // settings the first value wins in ssh, so the spec's -o come before sgpu's.
-std::vector<std::string> ssh_argv(const SshOptions& opts, const HostEntry& host,
-                                  const std::vector<std::string>& remote_argv);
+// `remote_command` is shell text: remote_shell_command(argv) or a script.
+std::vector<std::string> ssh_argv(const SshOptions& opts, const HostEntry& host, const std::string& remote_command);
+
+// What the remote login shell runs to start a node agent. Secrets come from
+// ssh's stdin, one line per name, so no argv on either side shows them.
+// The script says kReadyMarker on stdout once the connection works and the
+// program was found, so the launcher can tell "ssh failed" and "sgpu is not
+// installed there" (exit 127 before the marker) from the agent's own end.
+// The agent is not exec'ed: the shell waits and exits with its status, so a
+// killed agent shows as 128+N in ssh's exit code.
+inline constexpr const char* kReadyMarker = "sgpu-ssh-ready";
+// In an argument, stands for the launcher's address as the remote host sees
+// it (the first field of $SSH_CONNECTION, bracketed when IPv6).
+inline constexpr const char* kLauncherAddress = "{launcher}";
+
+struct AgentBootstrap {
+  std::vector<std::string> secret_names;                     // read from stdin in this order, then exported
+  std::vector<std::pair<std::string, std::string>> exports;  // not secret: CUDA_VISIBLE_DEVICES=0,2
+  std::string cd;                                            // change to this directory first; "" stays in $HOME
+  std::vector<std::string> argv;                             // argv[0]: "sgpu" (from PATH) or a shipped binary's path
+};
+
+std::string agent_bootstrap_script(const AgentBootstrap& boot);
 
 // Checks one -o value ("KEY=VALUE" or "KEY VALUE"); throws sgpu::Error naming
 // `where` when it is not one.
