@@ -53,7 +53,8 @@ std::string agent_bootstrap_script(const AgentBootstrap& boot) {
   if (!boot.cd.empty()) s += fmt::format("cd {} || exit 1; ", shell_quote(boot.cd));
   if (!boot.argv.empty()) {
     const auto& program = boot.argv.front();
-    s += fmt::format("command -v {} >/dev/null 2>&1 || exit 127; ", shell_quote(program));
+    s += fmt::format("command -v {} >/dev/null 2>&1 || {{ echo \"PATH=$PATH\" >&2; exit 127; }}; ",
+                     shell_quote(program));
     s += fmt::format("echo {}; ", kReadyMarker);
     std::string words;
     for (std::size_t i = 0; i < boot.argv.size(); ++i) {
@@ -66,6 +67,58 @@ std::string agent_bootstrap_script(const AgentBootstrap& boot) {
     s += words + "; exit $?";
   }
   return s;
+}
+
+namespace {
+
+std::string last_line(const std::string& text, std::string_view prefix = "") {
+  std::string found;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    auto line = text.substr(start, nl - start);
+    if (!line.empty() && line.starts_with(prefix)) found = line;
+    start = nl + 1;
+  }
+  return found;
+}
+
+std::string with_detail(const std::string& text) {
+  auto line = last_line(text);
+  return line.empty() ? "" : ": " + line;
+}
+
+}  // namespace
+
+std::optional<NodeFailure> classify_ssh_exit(const std::string& host, const SshExit& e) {
+  const auto& st = e.status;
+  if (st.signal)
+    return NodeFailure{fmt::format("ssh to {} was killed by {}", host, signal_name(*st.signal)), st.shell_code()};
+  int code = st.code.value_or(1);
+  if (!e.last_step)
+    return NodeFailure{fmt::format("{} on {} failed ({}){}", e.step, host, st.describe(), with_detail(e.stderr_tail)),
+                       code};
+  if (!e.ready) {
+    if (code == 255)
+      return NodeFailure{fmt::format("cannot reach {} over ssh{}", host, with_detail(e.stderr_tail)), 255};
+    if (code == 127) {
+      auto path = last_line(e.stderr_tail, "PATH=");
+      return NodeFailure{fmt::format("sgpu is not installed on {}: its ssh sessions find no 'sgpu' on the PATH{}; "
+                                     "install it there, or pass --ship-sgpu to copy this one",
+                                     host, path.empty() ? "" : " (" + path + ")"),
+                         127};
+    }
+    if (code == 125) return NodeFailure{fmt::format("{}: ssh's input ended before the run secret was read", host), 1};
+    return NodeFailure{
+        fmt::format("starting the agent on {} failed ({}){}", host, st.describe(), with_detail(e.stderr_tail)), code};
+  }
+  if (code == 0) return std::nullopt;
+  if (code == 255)
+    return NodeFailure{fmt::format("lost the ssh connection to {}{}", host, with_detail(e.stderr_tail)), 255};
+  if (code > 128 && code < 128 + 65)
+    return NodeFailure{fmt::format("the agent on {} was killed by {}", host, signal_name(code - 128)), code};
+  return NodeFailure{fmt::format("the agent on {} exited with {}{}", host, code, with_detail(e.stderr_tail)), code};
 }
 
 void check_ssh_option(const std::string& option, const std::string& where) {

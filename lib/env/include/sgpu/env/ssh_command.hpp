@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "sgpu/env/exit_code.hpp"
 #include "sgpu/env/hosts.hpp"
 
 namespace sgpu::env {
@@ -60,6 +61,24 @@ struct AgentBootstrap {
 };
 
 std::string agent_bootstrap_script(const AgentBootstrap& boot);
+
+// How one host's ssh ended, as the launcher saw it.
+struct SshExit {
+  std::string step;        // "start the agent", "copy sgpu", ...
+  bool last_step = false;  // the agent's step
+  bool ready = false;      // the agent had said it started
+  ExitStatus status;
+  std::string stderr_tail;  // what ssh and the remote side last wrote to stderr
+};
+
+struct NodeFailure {
+  std::string message;  // names the host and says what to do
+  int exit_code = 1;    // the root cause's: ssh's 255, 127 for a missing sgpu, 128+N for a killed agent
+};
+
+// nullopt when the agent ended normally. `host` is how the user named it
+// ("worker-1 (hosts:3)").
+std::optional<NodeFailure> classify_ssh_exit(const std::string& host, const SshExit& exit);
 
 // Checks one -o value ("KEY=VALUE" or "KEY VALUE"); throws sgpu::Error naming
 // `where` when it is not one.

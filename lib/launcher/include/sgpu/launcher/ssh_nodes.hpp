@@ -12,7 +12,7 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "sgpu/env/exit_code.hpp"
+#include "sgpu/env/ssh_command.hpp"
 
 namespace sgpu::launcher {
 
@@ -30,13 +30,7 @@ struct SshNode {
 
 // How a host's ssh ended: a preparation step failed, the agent never said it
 // started, or the agent ended (normally or not) after it had.
-struct SshNodeExit {
-  std::string step;  // SshStep::what of the step that ended
-  bool last_step = false;
-  bool ready = false;  // the agent had said it started
-  env::ExitStatus status;
-  std::string stderr_tail;  // the last lines ssh and the remote side wrote to stderr
-};
+using SshNodeExit = env::SshExit;
 
 class SshNodesHandler {
  public:
