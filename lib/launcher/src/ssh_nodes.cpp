@@ -9,7 +9,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
-#include "sgpu/env/ssh_command.hpp"
+#include "sgpu/env/ssh_scripts.hpp"
 #include "sgpu/launcher/ssh_process.hpp"
 
 namespace sgpu::launcher {

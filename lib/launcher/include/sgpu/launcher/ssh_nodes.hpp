@@ -12,7 +12,7 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "sgpu/env/ssh_command.hpp"
+#include "sgpu/env/ssh_scripts.hpp"
 
 namespace sgpu::launcher {
 
