@@ -171,16 +171,18 @@ SshNodes::~SshNodes() = default;
 
 void SshNodes::start() { impl_->fill(); }
 
+void SshNodes::stop_starting() {
+  for (; impl_->next < impl_->nodes.size(); ++impl_->next) {
+    impl_->nodes[impl_->next].reported = true;
+    ++impl_->reported;
+  }
+}
+
 void SshNodes::stop(int sig) {
   impl_->stopped = true;
   for (auto& n : impl_->nodes)
     if (n.proc && !n.wait_status) n.proc->signal(sig);
-  // Nodes never started are over too.
-  for (; impl_->next < impl_->nodes.size(); ++impl_->next) {
-    auto& n = impl_->nodes[impl_->next];
-    n.reported = true;
-    ++impl_->reported;
-  }
+  stop_starting();
 }
 
 bool SshNodes::all_exited() const { return impl_->reported == impl_->nodes.size(); }

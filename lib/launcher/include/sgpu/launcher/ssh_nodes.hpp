@@ -50,6 +50,9 @@ class SshNodes {
   SshNodes& operator=(const SshNodes&) = delete;
 
   void start();
+  // Starts no more hosts (the job failed); running ssh sessions go on, so
+  // their agents can still stop their ranks and report.
+  void stop_starting();
   // Sends `sig` to every ssh still running and starts no more steps; ssh
   // closes its connection, and sshd ends the remote side's session.
   void stop(int sig);

@@ -1,0 +1,31 @@
+#pragma once
+// `sgpu launch --backend ssh`: picks hosts from the hostfile (or --hosts) to
+// cover the job, starts `sgpu agent` on each over the system ssh client, and
+// runs the job through the rendezvous (ClusterJob) as if it were local. A
+// host that cannot be reached, lacks sgpu, or dies is named in the error and
+// decides sgpu's exit code (ssh's 255, 127, 128+N).
+#include <string>
+#include <vector>
+
+#include "sgpu/env/hosts.hpp"
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/events.hpp"
+#include "sgpu/launcher/spec.hpp"
+#include "sgpu/launcher/supervisor.hpp"
+
+namespace sgpu::launcher {
+
+struct SshLaunch {
+  JobSpec spec;  // spec.ssh: the hosts and how to reach them
+  env::Environment inherited;
+  std::string cwd;
+  std::string self_exe;  // this sgpu binary, for --ship-sgpu
+};
+
+// The hosts chosen for the job and the ranks on each (every node runs the
+// same number; pinned devices where a filter named them). Reads the hostfile.
+std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec);
+
+JobOutcome run_ssh_job(const SshLaunch& launch, JobObserver& observer);
+
+}  // namespace sgpu::launcher
