@@ -1,0 +1,208 @@
+"""sgpu launch --backend ssh against real sshd test hosts (ssh_hosts.py):
+agents started over the system ssh client, a DDP job across hosts, the
+environment and arguments that reach remote ranks, and the faults that must
+tear everything down, name the host and keep the root cause's exit code."""
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+import ssh_hosts
+from conftest import ROOT, TORCH_PYTHON, python_program, sgpu_bin
+from ssh_hosts import SshHosts
+
+pytestmark = pytest.mark.skipif(ssh_hosts.usable() is not None, reason=str(ssh_hosts.usable()))
+
+BIN_DIR = os.path.dirname(sgpu_bin()) if os.path.exists(os.path.dirname(sgpu_bin())) else ""
+# The hosts' ssh sessions find sgpu on their PATH, as on an installed cluster.
+WITH_SGPU = {"PATH": f"{BIN_DIR}:/usr/local/bin:/usr/bin:/bin"}
+
+
+def launch(hosts, sgpu, *args, timeout=240, wait=True, **kw):
+    argv = hosts.in_client([sgpu.bin, "launch", "--backend", "ssh", "--ssh-config", hosts.ssh_config(),
+                            "--ssh-option", f"ControlPath={hosts.dir}/cm-%C", *map(str, args)])
+    if not wait:
+        return subprocess.Popen(argv, env=sgpu.env, cwd=kw.get("cwd", sgpu.cwd), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.run(argv, env=kw.get("env", sgpu.env), cwd=kw.get("cwd", sgpu.cwd), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def host_list(hosts, n=None):
+    return ",".join(h.addr for h in hosts.hosts[:n])
+
+
+def job_processes(host):
+    """sgpu agents and ranks still running on a host (sshd itself is not the job)."""
+    left = []
+    for pid in host.pids():
+        try:
+            cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "sshd" not in cmd:
+            left.append(cmd)
+    return left
+
+
+def final_loss(text):
+    m = re.findall(r"final loss (\d+\.\d+)", text)
+    assert m, text
+    return m[-1]
+
+
+def test_ddp_on_two_hosts_matches_one_host(sgpu):
+    script = str(ROOT / "examples" / "ddp_mlp.py")
+    local = sgpu.run("launch", "--nproc", 4, script, "--epochs", 2, timeout=300)
+    assert local.returncode == 0, local.stderr
+    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, script, "--epochs", 2)
+        assert res.returncode == 0, res.stderr
+        assert final_loss(res.stdout) == final_loss(local.stdout)
+        for h in hosts.hosts:
+            assert job_processes(h) == [], h.name
+
+
+def test_arguments_and_environment_reach_remote_ranks_unchanged(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env_file = tmp_path / "vars.env"
+    env_file.write_text("FROM_FILE='file value'\nexport ALSO=2\n")
+    hostile = ["a b", "it's", "$(touch /tmp/sgpu-pwned)", "; echo x", "line1\nline2", "", "*", "back\\slash"]
+    env = dict(sgpu.env, OUT_DIR=str(out), NCCL_DEBUG="WARN", HF_HOME="/data/hf", LOCAL_ONLY="no",
+               PICKED="yes")
+    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "-x", "PICKED", "-x", "SET=v=1",
+                     "--env-file", env_file, "--no-python", TORCH_PYTHON, python_program("dump_args.py"), *hostile,
+                     env=env)
+        assert res.returncode == 0, res.stderr
+    assert not os.path.exists("/tmp/sgpu-pwned")
+    for rank in range(2):
+        got = json.loads((out / f"args-{rank}.json").read_text())
+        assert got["argv"] == hostile
+        e = got["env"]
+        assert e["NCCL_DEBUG"] == "WARN" and e["HF_HOME"] == "/data/hf"  # the allowlist
+        assert e["PICKED"] == "yes" and e["SET"] == "v=1"  # -x NAME, -x NAME=value
+        assert e["FROM_FILE"] == "file value" and e["ALSO"] == "2"  # --env-file
+        assert "LOCAL_ONLY" not in e  # not forwarded unless asked
+        assert "SGPU_RDZV_SECRET" not in e  # ranks never see the run secret
+        assert e["NODE_RANK"] == str(rank) and e["WORLD_SIZE"] == "2"
+
+
+def test_secret_is_on_no_command_line(sgpu, tmp_path):
+    with SshHosts(1, host_env={0: WITH_SGPU}) as hosts:
+        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--no-python", "sleep", "30", wait=False)
+        try:
+            deadline = time.monotonic() + 60
+            agent = []
+            while not agent and time.monotonic() < deadline:  # test-side wait for the remote agent to appear
+                agent = [c for c in job_processes(hosts.hosts[0]) if " agent " in c]
+                time.sleep(0.2)
+            assert agent, p.stderr.read() if p.poll() is not None else "no agent"
+            for pid in [*hosts.hosts[0].pids(), p.pid]:
+                try:
+                    environ_free = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                assert b"SGPU_RDZV_SECRET" not in environ_free
+        finally:
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=60)
+    assert p.returncode == 130
+
+
+def test_an_unreachable_host_is_named_and_exits_255(sgpu):
+    with SshHosts(1, host_env={0: WITH_SGPU}) as hosts:
+        res = launch(hosts, sgpu, "--hosts", f"{hosts.hosts[0].addr},{ssh_hosts.SUBNET}.99", "--nproc", 1,
+                     "--ssh-connect-timeout", 2, "--no-python", "sleep", "30")
+        assert res.returncode == 255, res.stderr
+        assert f"cannot reach {ssh_hosts.SUBNET}.99 (--hosts entry 2) over ssh" in res.stderr
+        assert job_processes(hosts.hosts[0]) == []
+
+
+def test_a_refused_key_is_named_and_exits_255(sgpu):
+    with SshHosts(2, authorized={0}, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--no-python", "sleep", "30")
+        assert res.returncode == 255, res.stderr
+        assert f"cannot reach {hosts.hosts[1].addr}" in res.stderr and "Permission denied" in res.stderr
+        assert job_processes(hosts.hosts[0]) == []
+
+
+def test_a_host_without_sgpu_is_named_or_gets_a_copy(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    with SshHosts(2, host_env={0: WITH_SGPU}) as hosts:
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, python_program("dump_env.py"), env=env)
+        assert res.returncode == 127, res.stderr
+        assert f"sgpu is not installed on {hosts.hosts[1].addr}" in res.stderr and "--ship-sgpu" in res.stderr
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--ship-sgpu",
+                     python_program("dump_env.py"), env=env)
+        assert res.returncode == 0, res.stderr
+        assert (out / "env-1.json").exists()
+
+
+def test_an_agent_killed_by_hand_ends_the_job_everywhere(sgpu):
+    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, "--grace", "5s", "--no-python", "sleep",
+                   "300", wait=False)
+        victim = hosts.hosts[1]
+        deadline = time.monotonic() + 60
+        agents = []
+        while len(job_processes(victim)) < 3 and time.monotonic() < deadline:  # agent + 2 ranks up
+            time.sleep(0.2)
+        for pid in victim.pids():
+            cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"\0agent\0" in cmd:
+                agents.append(pid)
+        assert agents, job_processes(victim)
+        os.kill(agents[0], signal.SIGKILL)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 137, err
+        assert victim.addr in err and "SIGKILL" in err
+        for h in hosts.hosts:
+            assert job_processes(h) == [], h.name
+
+
+def test_a_host_that_dies_mid_run_ends_the_job_everywhere(sgpu):
+    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, "--grace", "5s", "--no-python", "sleep",
+                   "300", wait=False)
+        victim = hosts.hosts[1]
+        deadline = time.monotonic() + 60
+        while len(job_processes(victim)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        hosts.kill_host(victim)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode != 0, err
+        assert victim.addr in err, err
+        assert job_processes(hosts.hosts[0]) == []
+
+
+def test_sync_ships_the_directory_without_ignored_files(sgpu, tmp_path):
+    project = tmp_path / "proj it's"
+    (project / "build").mkdir(parents=True)
+    (project / ".gitignore").write_text("build/\n*.ckpt\n")
+    (project / "build" / "big.o").write_text("x")
+    (project / "model.ckpt").write_text("x")
+    (project / "secret.txt").write_text("x")
+    (project / "train.py").write_text(
+        "import json, os\n"
+        "open(os.path.join(os.environ['OUT_DIR'], f\"ls-{os.environ['RANK']}.json\"), 'w').write(\n"
+        "    json.dumps({'cwd': os.getcwd(), 'files': sorted(os.listdir('.'))}))\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--sync", project, "--sync-exclude",
+                     "secret.txt", "train.py", env=env, cwd=project)
+        assert res.returncode == 0, res.stderr
+    for rank in range(2):
+        got = json.loads((out / f"ls-{rank}.json").read_text())
+        assert got["files"] == [".gitignore", "train.py"]
+        assert got["cwd"] != str(project) and "/.cache/sgpu/sync/" in got["cwd"]
