@@ -8,7 +8,6 @@ import pathlib
 import re
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -48,6 +47,20 @@ def job_processes(host):
         if "sshd" not in cmd:
             left.append(cmd)
     return left
+
+
+def wait_for_ranks(p, n):
+    """Reads sgpu's output until `n` ranks said "up": every agent and rank is running."""
+    seen = []
+    for line in p.stdout:
+        if line.rstrip().endswith("up"):
+            seen.append(line)
+            if len(seen) == n:
+                return
+    raise AssertionError(f"sgpu ended before {n} ranks started: {p.stderr.read()}")
+
+
+UP_THEN_SLEEP = ["--no-python", "/bin/sh", "-c", "echo up; exec sleep 300"]
 
 
 def final_loss(text):
@@ -94,17 +107,18 @@ def test_arguments_and_environment_reach_remote_ranks_unchanged(sgpu, tmp_path):
         assert e["NODE_RANK"] == str(rank) and e["WORLD_SIZE"] == "2"
 
 
+def hosts_client_pids(hosts):
+    res = subprocess.run(["ip", "netns", "pids", hosts.client_ns], capture_output=True, text=True)
+    return [int(x) for x in res.stdout.split()]
+
+
 def test_secret_is_on_no_command_line(sgpu, tmp_path):
     with SshHosts(1, host_env={0: WITH_SGPU}) as hosts:
-        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--no-python", "sleep", "30", wait=False)
+        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, *UP_THEN_SLEEP, wait=False)
         try:
-            deadline = time.monotonic() + 60
-            agent = []
-            while not agent and time.monotonic() < deadline:  # test-side wait for the remote agent to appear
-                agent = [c for c in job_processes(hosts.hosts[0]) if " agent " in c]
-                time.sleep(0.2)
-            assert agent, p.stderr.read() if p.poll() is not None else "no agent"
-            for pid in [*hosts.hosts[0].pids(), p.pid]:
+            wait_for_ranks(p, 1)
+            assert any(" agent " in c for c in job_processes(hosts.hosts[0]))
+            for pid in [*hosts.hosts[0].pids(), *hosts_client_pids(hosts)]:
                 try:
                     environ_free = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
                 except OSError:
@@ -149,13 +163,11 @@ def test_a_host_without_sgpu_is_named_or_gets_a_copy(sgpu, tmp_path):
 
 def test_an_agent_killed_by_hand_ends_the_job_everywhere(sgpu):
     with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
-        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, "--grace", "5s", "--no-python", "sleep",
-                   "300", wait=False)
+        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, "--grace", "5s", *UP_THEN_SLEEP,
+                   wait=False)
         victim = hosts.hosts[1]
-        deadline = time.monotonic() + 60
+        wait_for_ranks(p, 4)
         agents = []
-        while len(job_processes(victim)) < 3 and time.monotonic() < deadline:  # agent + 2 ranks up
-            time.sleep(0.2)
         for pid in victim.pids():
             cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
             if b"\0agent\0" in cmd:
@@ -171,12 +183,10 @@ def test_an_agent_killed_by_hand_ends_the_job_everywhere(sgpu):
 
 def test_a_host_that_dies_mid_run_ends_the_job_everywhere(sgpu):
     with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
-        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, "--grace", "5s", "--no-python", "sleep",
-                   "300", wait=False)
+        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, "--grace", "5s", *UP_THEN_SLEEP,
+                   wait=False)
         victim = hosts.hosts[1]
-        deadline = time.monotonic() + 60
-        while len(job_processes(victim)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for_ranks(p, 4)
         hosts.kill_host(victim)
         _, err = p.communicate(timeout=120)
         assert p.returncode != 0, err
