@@ -49,12 +49,13 @@ def main():
         env = dict(os.environ, SGPU_HOME=os.path.join(h.dir, "sgpu-home"), OMP_NUM_THREADS="1")
         sgpu = [args.sgpu, "launch", "--backend", "ssh", "--hostfile", str(hostfile), "--nproc", str(SLOTS),
                 "--ssh-config", h.ssh_config()]
-        cold = h.in_client(sgpu + ["--ssh-option", "ControlMaster=no", "--no-python", "/bin/true"])
-        warm = h.in_client(sgpu + ["--ssh-option", f"ControlPath={h.dir}/cm-%C", "--no-python", "/bin/true"])
-        mpirun = h.in_client(["mpirun", "--allow-run-as-root", "--hostfile", str(hostfile), "-np", str(HOSTS * SLOTS),
+        cold = sgpu + ["--ssh-option", "ControlMaster=no", "--no-python", "/bin/true"]
+        warm = sgpu + ["--ssh-option", f"ControlPath={h.dir}/cm-%C", "--no-python", "/bin/true"]
+        subnet = h.net.gateway.rsplit(".", 1)[0] + ".0/24"
+        mpirun = (["mpirun", "--allow-run-as-root", "--hostfile", str(hostfile), "-np", str(HOSTS * SLOTS),
                               "--mca", "plm_rsh_agent", f"ssh -F {h.ssh_config()} -o BatchMode=yes",
-                              "--mca", "oob_tcp_if_include", f"{ssh_hosts.SUBNET}.0/24",
-                              "--mca", "btl_tcp_if_include", f"{ssh_hosts.SUBNET}.0/24", "/bin/true"])
+                              "--mca", "oob_tcp_if_include", subnet,
+                   "--mca", "btl_tcp_if_include", subnet, "/bin/true"])
         times = {"sgpu cold": [], "sgpu warm": [], "mpirun": []}
         timed(warm, env)  # opens the masters that the warm runs reuse
         timed(mpirun, env)

@@ -5,14 +5,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include "sgpu/env/duration.hpp"
 #include "sgpu/launcher/spec.hpp"
 
 namespace sgpu::app {
 
 void add_ssh_options(CLI::App* cmd, launcher::JobSpec& spec);
 
-// Runs the job on the spec's ssh hosts; prints the end the way a local
-// launch does through `report`. Returns sgpu's exit code.
-int run_ssh_launch(const launcher::JobSpec& spec, const std::string& cwd);
+// Runs the job on the spec's ssh hosts, prints how it ended, returns sgpu's
+// exit code. The timeouts are --join-timeout and --heartbeat-timeout.
+int run_ssh_launch(const launcher::JobSpec& spec, const std::string& cwd, env::Seconds join_timeout,
+                   env::Seconds heartbeat_timeout);
 
 }  // namespace sgpu::app

@@ -1,104 +1,64 @@
-"""Real ssh test hosts: network namespaces on a private bridge, each running
-Debian's OpenSSH sshd with host keys, config and client key made here.
+"""Real ssh test hosts: the test hosts of netns.py (network namespaces with
+their own addresses and hostnames), each running Debian's OpenSSH sshd with
+host keys, config and client key made here.
 
-Nothing touches the machine's own network: the bridge lives in a "switch"
-namespace and the client (where sgpu or ssh runs) has a namespace of its own,
-so concurrent test runs can all use 10.77.0.0/24 without meeting. Every
-namespace and every process in it is removed on close(), also when a test
-fails; namespaces left by a crashed run are removed by the next one.
+sgpu and ssh run on this machine's side, which reaches every host through
+the test network's bridge (the launcher's address as the hosts see it is
+`net.gateway`). Every process on the hosts, sshd included, goes with the
+TestNet, also when a test fails.
 """
 import os
 import pathlib
-import re
 import shutil
 import signal
 import subprocess
 import tempfile
 import threading
 
+import netns
+
 SSHD = "/usr/sbin/sshd"
-SUBNET = "10.77.0"
-CLIENT_ADDR = f"{SUBNET}.1"
-PREFIX = "sgpu-ssh-"
-
-
-def _ip(*args, check=True):
-    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
-
-
-def _ns_pids(ns):
-    res = _ip("netns", "pids", ns, check=False)
-    return [int(p) for p in res.stdout.split()]
-
-
-def _kill_all(pids):
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _kill_namespace(ns):
-    # A dying sshd may have just forked a session: go again until none is left.
-    for _ in range(10):
-        pids = _ns_pids(ns)
-        if not pids:
-            break
-        _kill_all(pids)
-    _ip("netns", "del", ns, check=False)
-
-
-def remove_stale_namespaces():
-    """Namespaces of test runs whose process is gone (killed before cleanup)."""
-    for line in _ip("netns", "list", check=False).stdout.splitlines():
-        m = re.match(rf"({PREFIX}(\d+)-\S+)", line)
-        if m and not os.path.exists(f"/proc/{m.group(2)}"):
-            _kill_namespace(m.group(1))
 
 
 def usable():
     """Why these tests cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "network namespaces need root"
+    ok, why = netns.available()
+    if not ok:
+        return why
     if not os.access(SSHD, os.X_OK) or not shutil.which("ssh"):
         return "openssh-server/openssh-client missing: run scripts/install-deps"
     return None
 
 
 class SshHost:
-    def __init__(self, name, ns, addr, log_path):
-        self.name = name          # "host1"
-        self.ns = ns              # the namespace it lives in
-        self.addr = addr          # its address on the test network
+    def __init__(self, host, log_path):
+        self.host = host          # the netns.Host
+        self.name = host.name     # "h0"
+        self.ns = host.netns
+        self.addr = host.address  # its address on the test network
         self.log_path = log_path  # sshd's log (-e)
         self.sshd = None
 
     def pids(self):
-        return _ns_pids(self.ns)
-
-    def job_pids(self):
-        """Every process on the host except the listening sshd: what a run may leave behind."""
-        return [p for p in self.pids() if self.sshd is None or p != self.sshd.pid]
+        return self.host.pids()
 
     def log(self):
         return pathlib.Path(self.log_path).read_text(errors="replace")
 
 
 class SshHosts:
-    """`n` hosts with sshd on port 22 of 10.77.0.11, .12, ...; ssh_config() is
-    a client config that reaches them with the key made here."""
+    """`n` hosts with sshd on port 22; ssh_config() is a client config that
+    reaches them with the key made here."""
 
     def __init__(self, n, authorized=None, host_env=None):
-        remove_stale_namespaces()
-        self._serial = f"{os.getpid()}-{id(self) & 0xffffff:x}"
         self.dir = tempfile.mkdtemp(prefix="sgpu-ssh-")  # short: ControlPath must fit in 108 bytes
-        self.switch = f"{PREFIX}{self._serial}-sw"
-        self.client_ns = f"{PREFIX}{self._serial}-client"
+        self.net = netns.TestNet(n)
         self.hosts = []
         self._threads = []
         try:
-            self._make_network(n)
+            self.net.__enter__()
+            self.hosts = [SshHost(h, os.path.join(self.dir, f"{h.name}.sshd.log")) for h in self.net.hosts]
+            self.client_addr = self.net.gateway
             self._make_keys()
             for i, host in enumerate(self.hosts):
                 ok = authorized is None or i in authorized
@@ -107,26 +67,9 @@ class SshHosts:
             self.close()
             raise
 
-    # -- network -----------------------------------------------------------
-    def _add_node(self, ns, addr, port):
-        _ip("netns", "add", ns)
-        _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        _ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
-        _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-        _ip("-n", ns, "link", "set", "eth0", "up")
-
-    def _make_network(self, n):
-        _ip("netns", "add", self.switch)
-        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.switch, "link", "set", "br0", "up")
-        self._add_node(self.client_ns, CLIENT_ADDR, "p-client")
-        for i in range(n):
-            name = f"host{i + 1}"
-            host = SshHost(name, f"{PREFIX}{self._serial}-{name}", f"{SUBNET}.{11 + i}",
-                           os.path.join(self.dir, f"{name}.sshd.log"))
-            self.hosts.append(host)
-            self._add_node(host.ns, host.addr, f"p-{name}")
+    def unused_addr(self):
+        """An address on the test network where no host answers."""
+        return self.net.gateway.rsplit(".", 1)[0] + ".99"
 
     # -- keys and sshd -----------------------------------------------------
     def _keygen(self, path):
@@ -168,9 +111,8 @@ class SshHosts:
         if env:
             lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
         pathlib.Path(config).write_text("\n".join(lines) + "\n")
-        host.sshd = subprocess.Popen(["ip", "netns", "exec", host.ns, SSHD, "-D", "-e", "-f", config],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+        host.sshd = host.host.popen([SSHD, "-D", "-e", "-f", config], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL)
         listening = threading.Event()
 
         def copy_log():
@@ -192,10 +134,6 @@ class SshHosts:
     def ssh_config(self):
         return os.path.join(self.dir, "ssh_config")
 
-    def in_client(self, argv):
-        """argv run from the client namespace, where the hosts are reachable."""
-        return ["ip", "netns", "exec", self.client_ns, *argv]
-
     def ssh(self, host, command, *options, control_path=None):
         argv = ["ssh", "-F", self.ssh_config(), "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
         if control_path:
@@ -203,21 +141,22 @@ class SshHosts:
         argv += [*options, "--", host.addr if isinstance(host, SshHost) else host]
         if command is not None:
             argv.append(command)
-        return subprocess.run(self.in_client(argv), capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
     def kill_host(self, host):
         """The host dies: its link goes down first (no FIN, no RST reaches anyone), then every process on it."""
-        _ip("-n", host.ns, "link", "set", "eth0", "down", check=False)
-        _kill_all(host.pids())
+        self.net.cut(host.host)
+        host.host.kill_all()
 
     def close(self):
+        # ssh masters (ControlPersist) made for these hosts end with them.
+        for sock in pathlib.Path(self.dir).glob("cm-*"):
+            subprocess.run(["ssh", "-F", self.ssh_config(), "-o", f"ControlPath={sock}", "-O", "exit", "x"],
+                           capture_output=True, timeout=10)
+        self.net.close()
         for host in self.hosts:
-            _kill_namespace(host.ns)
             if host.sshd:
                 host.sshd.wait()
-        _kill_namespace(self.client_ns)
-        _kill_namespace(self.switch)
         for t in self._threads:
             t.join(5)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -23,8 +23,8 @@ WITH_SGPU = {"PATH": f"{BIN_DIR}:/usr/local/bin:/usr/bin:/bin"}
 
 
 def launch(hosts, sgpu, *args, timeout=240, wait=True, **kw):
-    argv = hosts.in_client([sgpu.bin, "launch", "--backend", "ssh", "--ssh-config", hosts.ssh_config(),
-                            "--ssh-option", f"ControlPath={hosts.dir}/cm-%C", *map(str, args)])
+    argv = [sgpu.bin, "launch", "--backend", "ssh", "--ssh-config", hosts.ssh_config(),
+            "--ssh-option", f"ControlPath={hosts.dir}/cm-%C", *map(str, args)]
     if not wait:
         return subprocess.Popen(argv, env=sgpu.env, cwd=kw.get("cwd", sgpu.cwd), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -90,7 +90,7 @@ def test_arguments_and_environment_reach_remote_ranks_unchanged(sgpu, tmp_path):
     env = dict(sgpu.env, OUT_DIR=str(out), NCCL_DEBUG="WARN", HF_HOME="/data/hf", LOCAL_ONLY="no",
                PICKED="yes")
     with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
-        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "-x", "PICKED", "-x", "SET=v=1",
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "-x", "OUT_DIR", "-x", "PICKED", "-x", "SET=v=1",
                      "--env-file", env_file, "--no-python", TORCH_PYTHON, python_program("dump_args.py"), *hostile,
                      env=env)
         assert res.returncode == 0, res.stderr
@@ -107,9 +107,11 @@ def test_arguments_and_environment_reach_remote_ranks_unchanged(sgpu, tmp_path):
         assert e["NODE_RANK"] == str(rank) and e["WORLD_SIZE"] == "2"
 
 
-def hosts_client_pids(hosts):
-    res = subprocess.run(["ip", "netns", "pids", hosts.client_ns], capture_output=True, text=True)
-    return [int(x) for x in res.stdout.split()]
+def process_tree(pid):
+    out = [pid]
+    for child in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        out += process_tree(int(child))
+    return out
 
 
 def test_secret_is_on_no_command_line(sgpu, tmp_path):
@@ -118,12 +120,18 @@ def test_secret_is_on_no_command_line(sgpu, tmp_path):
         try:
             wait_for_ranks(p, 1)
             assert any(" agent " in c for c in job_processes(hosts.hosts[0]))
-            for pid in [*hosts.hosts[0].pids(), *hosts_client_pids(hosts)]:
+            secrets = []
+            for pid in hosts.hosts[0].pids():
+                for var in pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    if var.startswith(b"SGPU_RDZV_SECRET="):
+                        secrets.append(var.split(b"=", 1)[1])
+            assert secrets and all(len(s) >= 32 for s in secrets)  # the agent has it, from its environment
+            for pid in [*hosts.hosts[0].pids(), *process_tree(p.pid)]:
                 try:
-                    environ_free = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+                    cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
                 except OSError:
                     continue
-                assert b"SGPU_RDZV_SECRET" not in environ_free
+                assert not any(s in cmdline for s in secrets), cmdline
         finally:
             p.send_signal(signal.SIGINT)
             p.communicate(timeout=60)
@@ -132,10 +140,10 @@ def test_secret_is_on_no_command_line(sgpu, tmp_path):
 
 def test_an_unreachable_host_is_named_and_exits_255(sgpu):
     with SshHosts(1, host_env={0: WITH_SGPU}) as hosts:
-        res = launch(hosts, sgpu, "--hosts", f"{hosts.hosts[0].addr},{ssh_hosts.SUBNET}.99", "--nproc", 1,
+        res = launch(hosts, sgpu, "--hosts", f"{hosts.hosts[0].addr},{hosts.unused_addr()}", "--nproc", 1,
                      "--ssh-connect-timeout", 2, "--no-python", "sleep", "30")
         assert res.returncode == 255, res.stderr
-        assert f"cannot reach {ssh_hosts.SUBNET}.99 (--hosts entry 2) over ssh" in res.stderr
+        assert f"cannot reach {hosts.unused_addr()} (--hosts entry 2) over ssh" in res.stderr
         assert job_processes(hosts.hosts[0]) == []
 
 
@@ -152,10 +160,11 @@ def test_a_host_without_sgpu_is_named_or_gets_a_copy(sgpu, tmp_path):
     out.mkdir()
     env = dict(sgpu.env, OUT_DIR=str(out))
     with SshHosts(2, host_env={0: WITH_SGPU}) as hosts:
-        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, python_program("dump_env.py"), env=env)
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "-x", "OUT_DIR",
+                     python_program("dump_env.py"), env=env)
         assert res.returncode == 127, res.stderr
         assert f"sgpu is not installed on {hosts.hosts[1].addr}" in res.stderr and "--ship-sgpu" in res.stderr
-        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--ship-sgpu",
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--ship-sgpu", "-x", "OUT_DIR",
                      python_program("dump_env.py"), env=env)
         assert res.returncode == 0, res.stderr
         assert (out / "env-1.json").exists()
@@ -209,7 +218,7 @@ def test_sync_ships_the_directory_without_ignored_files(sgpu, tmp_path):
     out.mkdir()
     env = dict(sgpu.env, OUT_DIR=str(out))
     with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
-        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--sync", project, "--sync-exclude",
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "-x", "OUT_DIR", "--sync", project, "--sync-exclude",
                      "secret.txt", "train.py", env=env, cwd=project)
         assert res.returncode == 0, res.stderr
     for rank in range(2):

@@ -83,7 +83,11 @@ class Handler : public SshNodesHandler {
     failures_[static_cast<std::size_t>(node)] = failure;
     if (nodes_) nodes_->stop_starting();
     job_.node_failed(node, failure->message);
+    // Before every agent is up the rendezvous cannot reach them all: ending
+    // their ssh ends them (the bootstrap's watcher sends SIGTERM).
+    if (nodes_ && ready_ < labels_.size()) nodes_->stop(SIGTERM);
   }
+  void on_agent_ready(int /*node*/) override { ++ready_; }
   void attach(SshNodes& nodes) { nodes_ = &nodes; }
   const std::optional<env::NodeFailure>& first() const { return first_; }
   const std::optional<env::NodeFailure>& failure(std::size_t node) const { return failures_[node]; }
@@ -94,6 +98,7 @@ class Handler : public SshNodesHandler {
   std::vector<std::optional<env::NodeFailure>> failures_;
   std::optional<env::NodeFailure> first_;
   SshNodes* nodes_ = nullptr;
+  std::size_t ready_ = 0;
 };
 
 }  // namespace
@@ -138,9 +143,10 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   auto chosen = env::select_hosts(candidates, req);
   for (const auto& n : chosen)
     if (n.ranks != chosen.front().ranks)
-      throw Error(fmt::format("--gpus {} would put {} ranks on {} but {} on {}; every node runs the same number: "
-                              "pass --gpus-per-node N",
-                              req.ranks, chosen.front().ranks, chosen.front().entry.host, n.ranks, n.entry.host));
+      throw Error(
+          fmt::format("--gpus {} would put {} ranks on {} but {} on {}; every node runs the same number: "
+                      "pass --gpus-per-node N",
+                      req.ranks, chosen.front().ranks, chosen.front().entry.host, n.ranks, n.entry.host));
   return chosen;
 }
 
@@ -150,10 +156,14 @@ JobOutcome run_ssh_job(const SshLaunch& in, JobObserver& observer) {
   auto opts = ssh_options(s);
 
   JobSpec node_spec = in.spec;
+  // The interpreter is this side's choice ($SGPU_PYTHON here), not each host's.
+  if (auto py = in.inherited.find("SGPU_PYTHON"); node_spec.python.empty() && py != in.inherited.end())
+    node_spec.python = py->second;
   if (node_spec.gpus) node_spec.gpus = chosen.front().ranks;
   env::RemoteEnvSources sources;
   sources.spec_env = in.spec.env;
-  for (const auto& f : s.env_files) sources.env_files.push_back(env::parse_env_file(read_file(f, "--env-file"), f, in.inherited));
+  for (const auto& f : s.env_files)
+    sources.env_files.push_back(env::parse_env_file(read_file(f, "--env-file"), f, in.inherited));
   sources.x_flags = s.env_flags;
   node_spec.env = env::remote_environment(in.inherited, sources);
 
@@ -170,6 +180,8 @@ JobOutcome run_ssh_job(const SshLaunch& in, JobObserver& observer) {
   asio::io_context io(1);
   ClusterOptions copts;
   copts.nnodes = static_cast<int>(chosen.size());
+  copts.join_timeout = in.join_timeout;
+  copts.heartbeat_timeout = in.heartbeat_timeout;
   for (const auto& n : chosen) copts.node_names.push_back(n.entry.host);
   ClusterJob job(io, node_spec, copts, in.inherited, node_cwd);
 
@@ -196,10 +208,11 @@ JobOutcome run_ssh_job(const SshLaunch& in, JobObserver& observer) {
     const auto& host = chosen[k].entry;
     SshNode node{host.host, {}};
     if (s.ship_sgpu)
-      node.steps.push_back({"copying sgpu", env::ssh_argv(opts, host, env::ship_binary_script(program)), in.self_exe, ""});
+      node.steps.push_back(
+          {"copying sgpu", env::ssh_argv(opts, host, env::ship_binary_script(program)), in.self_exe, ""});
     if (!s.sync.empty())
-      node.steps.push_back({"unpacking --sync " + s.sync, env::ssh_argv(opts, host, env::unpack_script(remote_sync)),
-                            tarball, ""});
+      node.steps.push_back(
+          {"unpacking --sync " + s.sync, env::ssh_argv(opts, host, env::unpack_script(remote_sync)), tarball, ""});
     auto b = boot;
     if (!chosen[k].devices.empty()) {
       std::string list;
@@ -208,7 +221,8 @@ JobOutcome run_ssh_job(const SshLaunch& in, JobObserver& observer) {
     }
     b.argv = {program};
     for (auto& a : job.agent_args(env::kLauncherAddress, static_cast<int>(k))) b.argv.push_back(std::move(a));
-    node.steps.push_back({"starting the agent", env::ssh_argv(opts, host, env::agent_bootstrap_script(b)), "", secrets});
+    node.steps.push_back(
+        {"starting the agent", env::ssh_argv(opts, host, env::agent_bootstrap_script(b)), "", secrets});
     nodes.push_back(std::move(node));
     labels.push_back(label(host));
   }

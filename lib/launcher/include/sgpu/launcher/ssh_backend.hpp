@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sgpu/env/duration.hpp"
 #include "sgpu/env/hosts.hpp"
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/events.hpp"
@@ -20,6 +21,8 @@ struct SshLaunch {
   env::Environment inherited;
   std::string cwd;
   std::string self_exe;  // this sgpu binary, for --ship-sgpu
+  env::Seconds join_timeout{600};
+  env::Seconds heartbeat_timeout{10};
 };
 
 // The hosts chosen for the job and the ranks on each (every node runs the
