@@ -192,7 +192,8 @@ def test_an_agent_killed_by_hand_ends_the_job_everywhere(sgpu):
 
 def test_a_host_that_dies_mid_run_ends_the_job_everywhere(sgpu):
     with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
-        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, "--grace", "5s", *UP_THEN_SLEEP,
+        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, "--grace", "5s", "--heartbeat-timeout", "2s",
+                   "--ssh-option", "ServerAliveInterval=1", *UP_THEN_SLEEP,
                    wait=False)
         victim = hosts.hosts[1]
         wait_for_ranks(p, 4)
