@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "multinode.hpp"
+#include "ssh_launch.hpp"
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/console.hpp"
@@ -33,7 +34,8 @@ struct LaunchFlags {
     const launcher::KeyInfo* key = nullptr;
     std::string flag;  // the name messages use: "--gpus"
     std::string text;
-    bool on = false;  // for flags without a value
+    std::vector<std::string> items;  // a list flag, once per use
+    bool on = false;                 // for flags without a value
     CLI::Option* option = nullptr;
   };
   std::deque<Slot> slots;  // CLI11 keeps pointers into them
@@ -87,7 +89,8 @@ launcher::ResolvedSpec resolve(const LaunchFlags& f, const std::vector<std::stri
   std::vector<launcher::FlagValue> given;
   for (const auto& slot : f.slots)
     if (slot.option->count() > 0)
-      given.push_back({slot.key, slot.flag, slot.key->kind == launcher::ValueKind::Bool ? "true" : slot.text});
+      given.push_back(
+          {slot.key, slot.flag, slot.key->kind == launcher::ValueKind::Bool ? "true" : slot.text, slot.items});
   layers.push_back(launcher::command_line_layer(given, words));
   layers.push_back(launcher::set_layer(f.sets));
   auto resolved = launcher::resolve_spec(layers);
@@ -100,7 +103,7 @@ launcher::ResolvedSpec resolve(const LaunchFlags& f, const std::vector<std::stri
 
 // What the launch cannot do yet, said before anything starts.
 void check_available(const launcher::JobSpec& spec) {
-  if (spec.backend != "local")
+  if (spec.backend != "local" && spec.backend != "ssh")
     throw Error(fmt::format("{}: the {} backend is not available yet; --dry-run shows its plan",
                             where_set(spec, "resources.backend", "--backend " + spec.backend), spec.backend));
 }
@@ -151,6 +154,7 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   }
   if (f.dry_run) return dry_run(resolved, f, inherited, discovery, cwd);
   check_available(spec);
+  if (spec.backend == "ssh") return run_ssh_launch(spec, inherited, cwd);
   if (auto multi = static_launch_from(spec, inherited, cwd)) return run_static(*multi, discovery);
 
   launcher::PlanInputs in;
@@ -200,11 +204,17 @@ Command add_launch_command(CLI::App& app) {
     slot.key = &key;
     std::string names(key.flags);
     auto long_name = names.find("--");
+    if (long_name == std::string::npos) long_name = 0;  // a short flag only: -x
     slot.flag = names.substr(long_name, names.find(',', long_name) - long_name);
     std::string help(key.help);
     help[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(help[0])));
     if (key.kind == launcher::ValueKind::Bool) {
       slot.option = cmd->add_flag(names, slot.on, help);
+      continue;
+    }
+    if (key.kind == launcher::ValueKind::StringList) {
+      // Repeatable, one value per use: `-x A train.py` must not take train.py too.
+      slot.option = cmd->add_option(names, slot.items, help)->type_name("TEXT")->allow_extra_args(false);
       continue;
     }
     slot.option = cmd->add_option(names, slot.text, help)->type_name(value_name(key));

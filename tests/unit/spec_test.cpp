@@ -24,7 +24,7 @@ std::string error_of(const std::string& toml, std::vector<Layer> more = {}) {
 
 ResolvedSpec resolve(const std::vector<Layer>& layers) { return resolve_spec(layers); }
 
-FlagValue flag(const char* key, const char* name, const char* text) { return {find_key(key), name, text}; }
+FlagValue flag(const char* key, const char* name, const char* text) { return {find_key(key), name, text, {}}; }
 
 }  // namespace
 

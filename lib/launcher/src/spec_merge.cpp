@@ -135,7 +135,13 @@ Layer environment_layer(const env::Environment& environment) {
 
 Layer command_line_layer(const std::vector<FlagValue>& flags, const std::vector<std::string>& entrypoint_words) {
   Layer layer;
-  for (const auto& f : flags) add_text(layer, *f.key, std::string(f.key->path), f.text, {Origin::Kind::Flag, f.flag});
+  for (const auto& f : flags) {
+    Origin origin{Origin::Kind::Flag, f.flag};
+    if (f.items.empty())
+      add_text(layer, *f.key, std::string(f.key->path), f.text, origin);
+    else
+      layer.settings.push_back({std::string(f.key->path), f.items, env::shell_join(f.items), origin});
+  }
   if (!entrypoint_words.empty()) {
     Origin origin{Origin::Kind::Flag, "the entrypoint"};
     layer.settings.push_back({"job.entrypoint", entrypoint_words.front(), entrypoint_words.front(), origin});

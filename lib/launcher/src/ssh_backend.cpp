@@ -47,16 +47,17 @@ void ensure_ssh_dir() {
   if (!fs::exists(dir, ec)) ::mkdir(dir.c_str(), 0700);
 }
 
-env::SshOptions ssh_options(const SshSpec& s) {
+env::SshOptions ssh_options(const JobSpec& spec) {
+  const auto& s = spec.ssh;
   env::SshOptions o;
-  o.program = s.program;
-  o.config_file = s.config;
+  o.config_file = s.config_file;
   o.identity = s.identity;
   o.user = s.user;
   o.port = s.port;
-  o.connect_timeout_s = s.connect_timeout_s;
+  auto timeout = env::parse_duration(s.connect_timeout, "--ssh-connect-timeout");
+  o.connect_timeout_s = timeout ? std::max(1, static_cast<int>(timeout->count())) : 10;
   o.options = s.options;
-  for (const auto& opt : s.options) env::check_ssh_option(opt, "--ssh-option");
+  for (const auto& opt : s.options) env::check_ssh_option(opt, where_set(spec, "ssh.options", "--ssh-option"));
   // Repeated runs reuse one authenticated connection per host (ControlPersist).
   o.control_path = "~/.ssh/sgpu-%C";
   ensure_ssh_dir();
@@ -113,7 +114,9 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
     pool = env::parse_hostfile(read_file(s.hostfile, "--hostfile"), s.hostfile);
     pool_name = "--hostfile " + s.hostfile;
   } else if (!s.hosts.empty()) {
-    pool = env::parse_hosts_list(s.hosts);
+    std::string list;
+    for (const auto& h : s.hosts) list += (list.empty() ? "" : ",") + h;
+    pool = env::parse_hosts_list(list);
     pool_name = "--hosts";
   } else {
     throw Error("--backend ssh needs hosts: --hostfile FILE or --hosts a:8,b:8");
@@ -128,12 +131,12 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   req.pool_name = pool_name;
   if (spec.gpus) {
     req.ranks = *spec.gpus;
-    req.per_node = s.gpus_per_node;
+    req.per_node = spec.gpus_per_node;
     req.gpu_type = spec.gpu_type;
   } else {
     // CPU ranks: --nproc on each of --nnodes hosts (every host by default).
     int per = spec.nproc.value_or(1);
-    int n = s.nnodes.value_or(static_cast<int>(candidates.size()));
+    int n = spec.origins.contains("resources.nodes") ? spec.nodes : static_cast<int>(candidates.size());
     req.ranks = per * n;
     req.per_node = per;
     req.ranks_flag = fmt::format("--nproc {} on {} hosts:", per, n);
@@ -150,10 +153,10 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   return chosen;
 }
 
-JobOutcome run_ssh_job(const SshLaunch& in, JobObserver& observer) {
+JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& make_observer) {
   const auto& s = in.spec.ssh;
   auto chosen = choose_ssh_hosts(in.spec);
-  auto opts = ssh_options(s);
+  auto opts = ssh_options(in.spec);
 
   JobSpec node_spec = in.spec;
   // The interpreter is this side's choice ($SGPU_PYTHON here), not each host's.
@@ -164,7 +167,7 @@ JobOutcome run_ssh_job(const SshLaunch& in, JobObserver& observer) {
   sources.spec_env = in.spec.env;
   for (const auto& f : s.env_files)
     sources.env_files.push_back(env::parse_env_file(read_file(f, "--env-file"), f, in.inherited));
-  sources.x_flags = s.env_flags;
+  sources.x_flags = s.forward_env;
   node_spec.env = env::remote_environment(in.inherited, sources);
 
   // With --sync the nodes run in their copy, at the same place relative to it.
@@ -234,7 +237,7 @@ JobOutcome run_ssh_job(const SshLaunch& in, JobObserver& observer) {
   JobOutcome outcome;
   try {
     // Returns once the job ended everywhere and every ssh has exited.
-    outcome = job.run(observer);
+    outcome = job.run(make_observer);
   } catch (const Error&) {
     if (handler.first()) throw Error(handler.first()->message, handler.first()->exit_code);
     throw;

@@ -29,7 +29,8 @@ struct SshSpec {
   std::vector<std::string> options;  // ssh -o KEY=VALUE
   std::string connect_timeout = "10s";
   int max_parallel = 32;                 // ssh sessions started at once
-  std::vector<std::string> forward_env;  // more variables to forward, beyond the default allowlist
+  std::vector<std::string> forward_env;  // -x NAME or -x NAME=value: beyond the default allowlist
+  std::vector<std::string> env_files;    // --env-file F: NAME=value lines to forward
   std::string sync;                      // a directory shipped to every node
   std::vector<std::string> sync_exclude;
   bool ship_sgpu = false;  // copy this sgpu binary to hosts without one

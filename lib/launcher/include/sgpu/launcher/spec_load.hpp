@@ -36,6 +36,9 @@ struct FlagValue {
   const KeyInfo* key = nullptr;
   std::string flag;
   std::string text;
+  // A repeatable list flag (-x A -x B=1): one item per use, taken as given
+  // (values may hold commas). Used instead of `text` when not empty.
+  std::vector<std::string> items;
 };
 
 // Flags, and the entrypoint words: the first is job.entrypoint, the rest

@@ -10,6 +10,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/hosts.hpp"
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/cluster_job.hpp"
 #include "sgpu/launcher/events.hpp"
 #include "sgpu/launcher/spec.hpp"
 #include "sgpu/launcher/supervisor.hpp"
@@ -29,6 +30,8 @@ struct SshLaunch {
 // same number; pinned devices where a filter named them). Reads the hostfile.
 std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec);
 
-JobOutcome run_ssh_job(const SshLaunch& launch, JobObserver& observer);
+// The outcome, once every node has ended (a lost node's cause and exit code
+// refined by how its ssh ended); throws sgpu::Error when the job cannot start.
+JobOutcome run_ssh_job(const SshLaunch& launch, const ClusterJob::ObserverFactory& make_observer);
 
 }  // namespace sgpu::launcher
