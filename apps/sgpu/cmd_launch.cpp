@@ -11,7 +11,6 @@
 
 #include "commands.hpp"
 #include "multinode.hpp"
-#include "ssh_launch.hpp"
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/console.hpp"
@@ -23,6 +22,7 @@
 #include "sgpu/launcher/spec_load.hpp"
 #include "sgpu/launcher/supervisor.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
+#include "ssh_launch.hpp"
 
 namespace sgpu::app {
 namespace {

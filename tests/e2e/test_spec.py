@@ -1,5 +1,6 @@
 """Job specs: --config, --set, SGPU_* variables, --dry-run, validation, against the real binary."""
 import json
+import re
 import os
 
 import pytest
@@ -149,10 +150,15 @@ def test_errors_exit_2_naming_where_and_what_is_valid(sgpu, project):
     assert res.returncode == 2 and "script 'nothere.py': no such file" in res.stderr
 
 
-def test_backends_not_built_yet_say_so(sgpu, project):
-    res = sgpu.run("launch", "--config", ROOT / "configs" / "ssh-two-nodes.toml")
-    assert res.returncode == 2
-    assert 'resources.backend = "ssh": the ssh backend is not available yet; --dry-run shows its plan' in res.stderr
+def test_the_ssh_example_config_launches_and_names_the_unreachable_host(sgpu, project):
+    # configs/ssh-two-nodes.toml's hosts do not exist here: the launch gets as
+    # far as ssh and reports which host it could not reach, with ssh's 255.
+    env = dict(sgpu.env, WANDB_PROJECT="demo")
+    res = sgpu.run("launch", "--config", ROOT / "configs" / "ssh-two-nodes.toml", "--set", "ssh.connect_timeout=2s",
+                   env=env)
+    assert res.returncode == 255, res.stderr
+    # Both hosts fail at once; whichever ssh ends first is the root cause.
+    assert re.search(r"cannot reach gpu-[ab] \(--hosts entry [12]\) over ssh", res.stderr), res.stderr
 
 
 def test_fake_json_inventory_drives_selection(sgpu, project):

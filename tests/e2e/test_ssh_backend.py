@@ -226,3 +226,5 @@ def test_sync_ships_the_directory_without_ignored_files(sgpu, tmp_path):
         got = json.loads((out / f"ls-{rank}.json").read_text())
         assert got["files"] == [".gitignore", "train.py"]
         assert got["cwd"] != str(project) and "/.cache/sgpu/sync/" in got["cwd"]
+        # Each run's copy is removed once its agent ends (the hosts share this file system).
+        assert not os.path.exists(got["cwd"]), got["cwd"]

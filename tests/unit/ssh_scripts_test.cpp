@@ -31,6 +31,18 @@ TEST_CASE("env::agent_bootstrap_script") {
   }
 }
 
+TEST_CASE("env::agent_bootstrap_script removes the --sync copy once the agent ends") {
+  AgentBootstrap b;
+  b.cd = "~/.cache/sgpu/sync/run-1/sub dir";
+  b.remove_after = "~/.cache/sgpu/sync/run-1";
+  b.argv = {"sgpu", "agent"};
+  auto script = agent_bootstrap_script(b);
+  CHECK(script.starts_with("set -- $SSH_CONNECTION;"));
+  CHECK(script.find("cd \"$HOME\"/'.cache/sgpu/sync/run-1/sub dir' || exit 1; ") != std::string::npos);
+  CHECK(
+      script.ends_with("wait $a; s=$?; kill $w 2>/dev/null; cd / && rm -rf \"$HOME\"/.cache/sgpu/sync/run-1; exit $s"));
+}
+
 TEST_CASE("env::classify_ssh_exit names the host and keeps the root cause's exit code") {
   const auto agent = "start the agent";
   struct Row {

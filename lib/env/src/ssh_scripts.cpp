@@ -55,9 +55,12 @@ std::string agent_bootstrap_script(const AgentBootstrap& boot) {
     // reads ssh's stdin and stops the agent when it ends (the launcher or its
     // ssh went away), since sshd signals nothing when a session drops. A
     // background list's stdin is /dev/null, so the watcher reads a copy (fd 3).
-    s += words +
-         " </dev/null 3<&- & a=$!; { cat <&3 >/dev/null; kill -TERM $a; } >/dev/null 2>&1 & w=$!; "
-         "wait $a; s=$?; kill $w 2>/dev/null; exit $s";
+    s +=
+        words +
+        " </dev/null 3<&- & a=$!; { cat <&3 >/dev/null; kill -TERM $a; } >/dev/null 2>&1 & w=$!; "
+        "wait $a; s=$?; kill $w 2>/dev/null; " +
+        (boot.remove_after.empty() ? std::string() : fmt::format("cd / && rm -rf {}; ", home_word(boot.remove_after))) +
+        "exit $s";
   }
   return s;
 }

@@ -203,7 +203,10 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
     boot.secret_names.push_back(name);
     secrets += value + "\n";
   }
-  if (!s.sync.empty()) boot.cd = remote_sync + (node_cwd == "." ? "" : "/" + node_cwd);
+  if (!s.sync.empty()) {
+    boot.cd = remote_sync + (node_cwd == "." ? "" : "/" + node_cwd);
+    boot.remove_after = remote_sync;  // each run ships its own copy: none is left behind
+  }
 
   std::vector<SshNode> nodes;
   std::vector<std::string> labels;
