@@ -158,7 +158,9 @@ def test_the_ssh_example_config_launches_and_names_the_unreachable_host(sgpu, pr
                    env=env)
     assert res.returncode == 255, res.stderr
     # Both hosts fail at once; whichever ssh ends first is the root cause.
-    assert re.search(r"cannot reach gpu-[ab] \(--hosts entry [12]\) over ssh", res.stderr), res.stderr
+    # ... and names where the host was listed: the file, line and key.
+    assert re.search(r"cannot reach gpu-[ab] \(\S*ssh-two-nodes.toml:\d+:\d+: ssh.hosts entry [12]\) over ssh",
+                     res.stderr), res.stderr
 
 
 def test_fake_json_inventory_drives_selection(sgpu, project):

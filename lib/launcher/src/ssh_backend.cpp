@@ -116,8 +116,11 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   } else if (!s.hosts.empty()) {
     std::string list;
     for (const auto& h : s.hosts) list += (list.empty() ? "" : ",") + h;
-    pool = env::parse_hosts_list(list);
-    pool_name = "--hosts";
+    // Named as the user gave them: "--hosts" or "job.toml:12:9: ssh.hosts".
+    pool_name = spec.origins.contains("ssh.hosts") ? spec.origins.at("ssh.hosts") : "--hosts";
+    if (auto eq = pool_name.find(" = "); eq != std::string::npos) pool_name.resize(eq);
+    if (pool_name.starts_with("--hosts ")) pool_name = "--hosts";
+    pool = env::parse_hosts_list(list, pool_name);
   } else {
     throw Error("--backend ssh needs hosts: --hostfile FILE or --hosts a:8,b:8");
   }
