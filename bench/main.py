@@ -15,9 +15,10 @@ import time
 import ddp
 import failure
 import footprint
-import future
 import launch
+import multinode
 import output
+import rendezvous
 import report
 from peers import ENV_NOTE, Context, base_env
 
@@ -27,8 +28,8 @@ SECTIONS = {
     "failure": failure.run,
     "output": output.run,
     "footprint": footprint.run,
-    "rendezvous": future.rendezvous,
-    "multinode": future.multinode,
+    "rendezvous": rendezvous.run,
+    "multinode": multinode.run,
 }
 
 METHOD = """\
