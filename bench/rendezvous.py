@@ -125,38 +125,54 @@ def run(ctx):
                "their rank's exit, be told to finish). 'All started' is the simulator's time from its first "
                "connect until the last agent was started; 'all finished' until the last was told to finish. Peak "
                "memory is the launcher's max RSS (GNU time); CPU times are user+system and do not grow with the "
-               f"machine's load. Runs per size: {repeats}, sizes in turn. No peer ran here: " + TORCH_FIGURE)
+               f"machine's load. Runs per size: {repeats}, sizes in turn. No peer ran here. " + TORCH_FIGURE)
     sim = os.path.join(ctx.root, SIM)
     if not os.access(sim, os.X_OK):
         s.skipped = f"`{SIM}` is not built (scripts/build builds it)."
         s.sgpu_failure = s.skipped
         return s
     results = {n: [] for n in sizes}
+    failed = {}  # size: why; a size with one failed run gets no figure, the other sizes go on
     for i in range(repeats):
         for n in sizes:  # each round runs every size once, so that load falls on all sizes alike
+            if n in failed:
+                continue
             try:
                 r = once(ctx.root, ctx.sgpu, sim, n, ctx.env)
             except RunFailed as e:
-                s.sgpu_failure = f"{n} agents, run {i + 1}: {e}"
-                ctx.log(f"rendezvous: {s.sgpu_failure}")
-                break
+                failed[n] = f"run {i + 1} of {repeats}: {e}"
+                ctx.log(f"rendezvous: {n} agents: {failed[n]}")
+                continue
             results[n].append(r)
             ctx.log(f"rendezvous: round {i + 1}/{repeats} {n} agents: all started {r['all_started_s']:.3f} s, "
                     f"launcher {r['launcher_max_rss_mib']:.1f} MiB")
-        if s.sgpu_failure:
-            break
     s.table = [["agents", "all started, median", "spread (min - max)", "runs", "all finished, median",
                 "launcher max RSS", "launcher CPU, median", "simulated agents' CPU, median"]]
-    s.table += [row(n, runs) for n, runs in results.items() if runs]
+    for n, runs in results.items():
+        if n in failed:
+            s.table.append([str(n), "FAILED", failed[n].split(":", 1)[0] + " (below)", str(len(runs) + 1),
+                            "-", "-", "-", "-"])
+        else:
+            s.table.append(row(n, runs))
     s.commands = [shell(["/usr/bin/time", "-f", "%M %U %S", *launcher_argv(ctx.sgpu, n, "PORT", "SECRET_FILE")])
                   + f" &  {SIM} 127.0.0.1:PORT {n} 1" for n in sizes]
     s.commands.append("# the same by hand, with its own summary: scripts/bench-rdzv-scale AGENTS REPEATS")
     s.notes.append("The secret travels in `SGPU_RDZV_SECRET` to the simulator and in a 0600 file to the launcher; "
                    "the benchmark waits for the launcher's port to accept a connection before the simulator starts.")
-    if s.sgpu_failure:
-        s.notes.append(f"**sgpu failed:** {s.sgpu_failure}")
-    aim = results.get(AIM_AGENTS, [])
-    if aim and not s.sgpu_failure:
+    for n, why in failed.items():
+        s.notes.append(f"**sgpu failed with {n} agents**, {why}")
+        s.notes.append(f"Runs of {n} agents that passed before it: all started "
+                       + ", ".join(fmt_seconds(r["all_started_s"]) for r in results[n])
+                       + "; all finished " + ", ".join(fmt_seconds(r["all_finished_s"]) for r in results[n])
+                       + ". They get no figure: a size with a failed run is refused, like a failed launcher."
+                       if results[n] else f"No run of {n} agents passed before it.")
+    if failed:
+        s.sgpu_failure = "; ".join(f"{n} agents, {why}" for n, why in failed.items())
+    if AIM_AGENTS in failed:
+        s.headline.append((f"{AIM_AGENTS} agents", f"FAILED ({failed[AIM_AGENTS].split(':', 1)[0]}), aim of under "
+                           f"{AIM_SECONDS:g} s not met"))
+    elif results.get(AIM_AGENTS):
+        aim = results[AIM_AGENTS]
         m = median([r["all_started_s"] for r in aim])
         verdict = "PASS" if m < AIM_SECONDS else "FAIL"
         s.headline.append((f"{AIM_AGENTS} agents all started, median of {len(aim)}",
@@ -165,9 +181,10 @@ def run(ctx):
         s.headline.append(("launcher max RSS", f"{max(r['launcher_max_rss_mib'] for r in aim):.1f} MiB"))
         s.notes.append(f"Issue 5's aim, {AIM_AGENTS} agents started in under {AIM_SECONDS:g} s on this machine: "
                        f"**{verdict}** (median {fmt_seconds(m)}, slowest {fmt_seconds(max(r['all_started_s'] for r in aim))}).")
-    elif not s.sgpu_failure:
-        n = max(results)
-        m = median([r["all_started_s"] for r in results[n]])
-        s.headline.append((f"{n} agents all started, median of {len(results[n])}",
-                           f"{fmt_seconds(m)} (the {AIM_AGENTS}-agent aim is checked by the full run)"))
+    else:
+        n = max(n for n in sizes if n not in failed) if len(failed) < len(sizes) else None
+        if n is not None:
+            m = median([r["all_started_s"] for r in results[n]])
+            s.headline.append((f"{n} agents all started, median of {len(results[n])}",
+                               f"{fmt_seconds(m)} (the {AIM_AGENTS}-agent aim is checked by the full run)"))
     return s
