@@ -1,7 +1,6 @@
 """The one-machine SLURM cluster (scripts/slurm-cluster) is a real one: jobs
 span nodes, allocations hold resources, and GPUs are scheduled as GRES."""
-import pytest
-
+from conftest import pid_alive
 from slurm_cluster import GPUS_PER_NODE, NODES, slurm_cluster  # noqa: F401 (fixture)
 
 
@@ -66,3 +65,22 @@ def test_more_gpus_than_a_node_has_is_refused(slurm_cluster):
     res = slurm_cluster.run("srun", f"--gpus-per-node={GPUS_PER_NODE + 1}", "true")
     assert res.returncode != 0
     assert "Requested node configuration is not available" in res.stderr
+
+
+def test_fail_node_kills_everything_on_that_node_and_start_brings_it_back(slurm_cluster):
+    job = slurm_cluster.popen("srun", "-w", "node[1-2]", "--kill-on-bad-exit=0", "bash", "-c",
+                              "echo $SLURM_JOB_ID $SLURMD_NODENAME $$; exec sleep 600")
+    try:
+        lines = [job.stdout.readline().split() for _ in range(2)]
+        pids = {node: int(pid) for _, node, pid in lines}
+        failed = slurm_cluster.script("fail-node", "node2")
+        assert failed.returncode == 0, failed.stderr
+        assert not pid_alive(pids["node2"]) and pid_alive(pids["node1"])
+        assert not pid_alive(slurm_cluster.daemon_pids()["slurmd-node2"])
+    finally:
+        slurm_cluster.run("scancel", lines[0][0])
+        job.wait(timeout=60)
+    back = slurm_cluster.script("start")
+    assert back.returncode == 0, back.stderr
+    nodes = slurm_cluster.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%N %T").stdout.split("\n")
+    assert sorted(filter(None, nodes)) == [f"node{n} idle" for n in range(1, NODES + 1)]
