@@ -1,0 +1,130 @@
+#pragma once
+// sgpu as a SLURM client, the pure part: what an allocation sgpu runs inside
+// looks like, the salloc and srun command lines it runs, and what it reads
+// back from salloc and squeue. The processes themselves live in lib/launcher.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/rank_env.hpp"
+
+namespace sgpu::env {
+
+// The allocation sgpu was started in (salloc's shell, an sbatch script).
+struct SlurmAllocation {
+  std::string job_id;
+  std::vector<std::string> nodes;  // SLURM_JOB_NODELIST expanded: node 0 first
+  std::vector<int> cpus_per_node;  // SLURM_JOB_CPUS_PER_NODE, one per node
+  std::string partition;
+};
+
+// nullopt without SLURM_JOB_ID. Throws sgpu::Error inside a job step
+// (SLURM_STEP_ID set: `srun sgpu launch` would start one launcher per task),
+// or when SLURM's variables do not fit together.
+std::optional<SlurmAllocation> slurm_allocation(const Environment& env);
+
+// A new allocation, for `--backend slurm` outside one.
+struct SlurmRequest {
+  int nodes = 1;
+  std::optional<int> gpus_per_node;
+  std::optional<int> cpus_per_node;  // the agent's task gets them all
+  std::string partition;
+  std::string account;
+  std::string qos;
+  std::string constraint;
+  std::string reservation;
+  std::optional<Seconds> time_limit;  // nullopt: the partition's default
+  std::string job_name;
+  std::vector<std::string> extra_args;  // [slurm] extra_args, as they are
+};
+
+// SLURM's --time in whole minutes, rounded up, at least 1.
+std::string slurm_time_limit(Seconds limit);
+
+// salloc holding the allocation for as long as sgpu runs: its command is
+// `sh -c 'read code; exit ...'` reading a pipe sgpu holds, and --kill-command
+// ends that command (so salloc exits) when SLURM revokes the allocation. See
+// lib/launcher/slurm_allocation.hpp.
+std::vector<std::string> salloc_argv(const SlurmRequest& request);
+
+// The step that starts one agent per node: `srun --jobid J --nodes N
+// --nodelist L --ntasks-per-node 1 ... <agent argv>`. The nodes are named so
+// task k runs on the allocation's k-th node. The agent's task gets every CPU
+// of its node in the job when `cpus_per_task` is known (ranks run under it);
+// GPUs need nothing: a step gets all of the job's GPUs.
+struct AgentStep {
+  std::string job_id;
+  std::vector<std::string> nodes;  // by node rank
+  std::optional<int> cpus_per_task;
+  std::vector<std::string> extra_args;
+};
+std::vector<std::string> agent_srun_argv(const AgentStep& step, const std::vector<std::string>& agent_argv);
+
+// srun also reads its options from the environment an sbatch or salloc left
+// (SLURM_GPUS_PER_TASK=1 from `--gpus-per-task 1`, SLURM_NTASKS_PER_NODE=8):
+// they would shape the agents' step like the user's ranks and leave each
+// agent one GPU. This is `inherited` without them.
+Environment agent_srun_environment(const Environment& inherited);
+
+// The hold command's exit code when its pipe closes without one (sgpu died).
+inline constexpr int kSallocHoldNoCode = 1;
+
+// Who an agent is, inside the step srun started: node rank SLURM_NODEID (the
+// node's place in the step's node list, which sgpu asks for in the
+// allocation's order), name SLURMD_NODENAME, and the launcher's host as srun
+// itself reached this node from (SLURM_LAUNCH_NODE_IPADDR). Throws
+// sgpu::Error outside a step.
+struct SlurmStepIdentity {
+  int node_rank = 0;
+  std::string node_name;
+  std::string launcher_addr;  // "" when SLURM does not say
+};
+SlurmStepIdentity slurm_step_identity(const Environment& env);
+
+// CUDA_VISIBLE_DEVICES for a step whose SLURM set none but said which GPUs
+// it has (SLURM_STEP_GPUS, else SLURM_JOB_GPUS); nullopt: leave it be.
+std::optional<std::string> slurm_visible_devices(const Environment& env);
+
+// The SLURM task variables a rank gets in place of its agent's, so code that
+// reads SLURM's (Lightning, submitit) sees the same rank as torchrun's do.
+Environment slurm_rank_environment(const RankPlacement& place);
+
+// One line salloc writes on stderr.
+struct SallocLine {
+  enum class Kind { Other, Pending, Granted, Revoked, TimeLimit, Error };
+  Kind kind = Kind::Other;
+  std::string job_id;   // Pending, Granted, Revoked, TimeLimit
+  std::string message;  // Error: the text after "salloc: error: "
+};
+SallocLine parse_salloc_line(std::string_view line);
+
+// One line srun or a slurmstepd writes on the agents' step's stderr that
+// says something about a node or the job.
+struct SrunLine {
+  enum class Kind {
+    Other,
+    TaskEnded,    // "srun: error: node2: task 1: Exited with exit code 3" (or Killed, Terminated, ...)
+    NodeFailure,  // "srun: error: Node failure on node2"
+    Cancelled,    // "slurmstepd-node1: error: *** STEP 5.0 ON node1 CANCELLED AT ... [DUE TO TIME LIMIT] ***"
+    Aborted,      // "srun: Job step aborted: ...": SLURM ended the step (the banner above may be lost)
+    Error,        // any other "srun: error: ..."
+  };
+  Kind kind = Kind::Other;
+  std::string node;
+  int task = -1;       // TaskEnded
+  std::string detail;  // TaskEnded: "Exited with exit code 3"; Cancelled: "TIME LIMIT", "NODE FAILURE" or "" (scancel);
+                       // Error: the message
+};
+SrunLine parse_srun_line(std::string_view line);
+
+// squeue -h -o '%T|%r' for one job.
+struct SlurmJobState {
+  std::string state;   // PENDING, RUNNING, COMPLETING, ...
+  std::string reason;  // Resources, Priority, None, ...
+};
+inline constexpr std::string_view kSqueueFormat = "%T|%r";
+std::optional<SlurmJobState> parse_squeue_line(std::string_view line);
+
+}  // namespace sgpu::env
