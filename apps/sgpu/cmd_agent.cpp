@@ -7,6 +7,8 @@
 
 #include "commands.hpp"
 #include "multinode.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/env/slurm_job.hpp"
 #include "sgpu/rendezvous/auth.hpp"
 
 namespace sgpu::app {
@@ -18,6 +20,7 @@ struct AgentFlags {
   std::string node_name;
   std::string secret_file;
   std::string join_timeout = "10m";
+  bool slurm_step = false;
 };
 }  // namespace
 
@@ -31,6 +34,8 @@ Command add_agent_command(CLI::App& app) {
   cmd->add_option("--rdzv-secret-file", flags->secret_file,
                   "File (mode 0600) with the run's secret; default: $SGPU_RDZV_SECRET");
   cmd->add_option("--join-timeout", flags->join_timeout, "How long to keep trying to reach the launcher (default 10m)");
+  cmd->add_flag("--slurm-step", flags->slurm_step,
+                "Started by srun: node rank, name and the launcher's address from the step (--backend slurm)");
   return [flags](const DashTail&) {
     auto inherited = env::current_environment();
     launcher::AgentOptions o;
@@ -39,6 +44,16 @@ Command add_agent_command(CLI::App& app) {
     o.node_name = flags->node_name;
     o.join_timeout = parse_limit(flags->join_timeout, "--join-timeout");
     o.environment = inherited;
+    if (flags->slurm_step) {
+      if (flags->node_rank) throw Error("--slurm-step takes the node rank from SLURM_NODEID; drop --node-rank");
+      auto id = env::slurm_step_identity(inherited);
+      o.node_rank = id.node_rank;
+      if (o.node_name.empty()) o.node_name = id.node_name;
+      // The address srun reached this node from is one this node reaches the launcher's host by.
+      if (!id.launcher_addr.empty()) o.launcher.host = id.launcher_addr;
+      if (auto devices = env::slurm_visible_devices(inherited)) o.environment["CUDA_VISIBLE_DEVICES"] = *devices;
+      o.slurm_step = true;
+    }
     o.cwd = std::filesystem::current_path().string();
     auto secret = rendezvous::find_secret(inherited, flags->secret_file, "--rdzv-secret-file");
     std::signal(SIGPIPE, SIG_IGN);

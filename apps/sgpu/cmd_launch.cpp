@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "commands.hpp"
+#include "launch_slurm.hpp"
 #include "multinode.hpp"
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
@@ -103,7 +104,7 @@ launcher::ResolvedSpec resolve(const LaunchFlags& f, const std::vector<std::stri
 
 // What the launch cannot do yet, said before anything starts.
 void check_available(const launcher::JobSpec& spec) {
-  if (spec.backend != "local" && spec.backend != "ssh")
+  if (spec.backend != "local" && spec.backend != "ssh" && spec.backend != "slurm")
     throw Error(fmt::format("{}: the {} backend is not available yet; --dry-run shows its plan",
                             where_set(spec, "resources.backend", "--backend " + spec.backend), spec.backend));
 }
@@ -146,6 +147,7 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   auto& spec = resolved.spec;
   for (const auto& note : resolved.notes) fmt::print(stderr, "sgpu: note: {}\n", note);
   auto cwd = std::filesystem::current_path().string();
+  if (!f.dry_run && use_slurm_backend(spec, inherited)) return run_slurm_launch(spec, inherited, cwd);
   launcher::Discovery discovery;
   if (spec.backend == "local") {  // remote nodes discover their own GPUs
     discovery = launcher::discover_gpus(inherited);

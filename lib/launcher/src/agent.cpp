@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/slurm_job.hpp"
 #include "sgpu/launcher/devices.hpp"
 #include "sgpu/launcher/events.hpp"
 #include "sgpu/launcher/job_wire.hpp"
@@ -157,7 +158,9 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       finish({e.exit_code(), message, false});
       return;
     }
-    for (const auto& r : plan.ranks) {
+    for (auto& r : plan.ranks) {
+      if (options.slurm_step)
+        for (auto& [name, value] : env::slurm_rank_environment(r.place)) r.env[name] = value;
       launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd});
       files[r.place.rank] = r.files;
     }

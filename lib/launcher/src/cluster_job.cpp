@@ -5,6 +5,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <boost/asio/signal_set.hpp>
@@ -347,6 +348,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
   }
 
   void stop_waiting() {
+    if (options.on_end) std::exchange(options.on_end, nullptr)();
     timeout_timer.cancel();
     grace_timer.cancel();
     progress_timer.cancel();

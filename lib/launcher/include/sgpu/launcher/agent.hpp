@@ -35,6 +35,9 @@ struct AgentOptions {
   // agent inside the launcher's process, whose launcher owns the signals.
   bool handle_signals = true;
   env::Environment environment;  // inherited by ranks (the secret is removed)
+  // Started by srun (`sgpu agent --slurm-step`): each rank's SLURM task
+  // variables (SLURM_PROCID, ...) are set to its own place, not the agent's.
+  bool slurm_step = false;
 };
 
 // How an agent ended: the launcher's verdict (Finish), or why the agent

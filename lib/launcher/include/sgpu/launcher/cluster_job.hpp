@@ -48,6 +48,11 @@ struct ClusterOptions {
   std::string master_addr;  // --master-addr; "" lets the rendezvous choose
   // Refused peers, progress while waiting; default: "sgpu: ..." on stderr.
   std::function<void(const std::string&)> notice;
+  // Called once when the run is over (every node reported or was lost, or
+  // the rendezvous failed). run() returns only when the backend's own
+  // processes have ended too: one that would linger (srun waiting for SLURM
+  // to declare a lost node dead) is the backend's to stop from here.
+  std::function<void()> on_end;
 };
 
 class ClusterJob {

@@ -1,0 +1,305 @@
+"""sgpu launch --backend slurm against the real one-machine cluster
+(scripts/slurm-cluster): inside an allocation, asking SLURM for one, and the
+faults SLURM brings (scancel, a node failing, SLURM's own time limit)."""
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, pid_alive, python_program, sgpu_bin
+from slurm_cluster import GPUS_PER_NODE, slurm_cluster  # noqa: F401 (fixture)
+
+
+
+@pytest.fixture(scope="module", autouse=True)
+def time_limited_run(slurm_cluster, tmp_path_factory):
+    """SLURM's time limits are whole minutes and it checks them every 30 s, so
+    the job it kills starts with this module, on node4, beside the other
+    tests, and its test comes last."""
+    home = tmp_path_factory.mktemp("time-limit")
+    env = dict(os.environ, SGPU_HOME=str(home), SLURM_CONF=slurm_cluster.env["SLURM_CONF"])
+    for var in [v for v in env if v.startswith("SLURM_") and v != "SLURM_CONF"]:
+        del env[var]
+    proc = subprocess.Popen(["salloc", "-w", "node4", "-t", "1", "-J", "sgpu-time-limit-test", sgpu_bin(), "launch", "--nproc", "1", "--grace", "5s",
+                             "--no-python", "sleep", "600"], env=env, cwd=home, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    yield proc, time.monotonic()
+    if proc.poll() is None:  # its test did not run (-k): end the job, not just salloc
+        subprocess.run(["scancel", "-n", "sgpu-time-limit-test"], env=env, check=False)
+        proc.communicate(timeout=60)
+
+
+@pytest.fixture
+def cluster_env(slurm_cluster, sgpu_env):
+    """sgpu's test environment pointed at the cluster; every node "has" 8 H100s
+    (the documented fake, since the machine has none), SLURM says which."""
+    env = dict(sgpu_env, SLURM_CONF=slurm_cluster.env["SLURM_CONF"], SGPU_FAKE_GPUS=f"{GPUS_PER_NODE}xH100")
+    for var in [v for v in env if v.startswith("SLURM_") and v != "SLURM_CONF"]:
+        del env[var]
+    return env
+
+
+def sgpu_cmd(sgpu, *args):
+    return [sgpu.bin, *map(str, args)]
+
+
+def read_envs(out_dir):
+    envs = [json.loads(p.read_text()) for p in out_dir.glob("env-*.json")]
+    return sorted(envs, key=lambda e: int(e["RANK"]))
+
+
+def job_state(slurm_cluster, job):
+    out = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T %l").stdout.strip()
+    return out.split() if out else ["GONE", ""]
+
+
+def job_of(stderr):
+    m = re.search(r"SLURM job (\d+)", stderr)
+    assert m, stderr
+    return m.group(1)
+
+
+def processes_with(marker):
+    """Live processes whose environment carries this test's marker."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return [p for p in found if pid_alive(p)]
+
+
+def no_rank_left(marker, within=10):
+    """What is still running with the marker `within` seconds from now. A
+    node's slurmstepd may still be killing what it tracks as sgpu returns
+    (SLURM ends the step on its own schedule): wait on their exits (pidfds),
+    not on a clock."""
+    pids = processes_with(marker)
+    poller = select.poll()
+    fds = {}
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        fds[fd] = pid
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + within
+    try:
+        while fds and time.monotonic() < deadline:
+            for fd, _ in poller.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+                poller.unregister(fd)
+                os.close(fd)
+                del fds[fd]
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return [p for p in pids if pid_alive(p)]
+
+
+def test_inside_an_allocation_one_agent_per_node_and_slurms_gpus(slurm_cluster, cluster_env, sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(cluster_env, OUT_DIR=str(out))
+    res = slurm_cluster.run("salloc", "-N2", "--gpus-per-node=2", *sgpu_cmd(sgpu, "launch", python_program("dump_env.py")),
+                            env=env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    envs = read_envs(out)
+    assert [e["RANK"] for e in envs] == ["0", "1", "2", "3"]
+    nodelist = envs[0]["SLURM_JOB_NODELIST"]
+    first, second = sorted({e["SLURMD_NODENAME"] for e in envs}, key=lambda n: int(n[4:]))
+    assert nodelist == f"{first[:4]}[{first[4:]}-{second[4:]}]" or nodelist == f"{first},{second}"
+    for e in envs:
+        rank = int(e["RANK"])
+        # node 0 is the allocation's first node; each node runs one rank per GPU SLURM gave it
+        assert e["SLURMD_NODENAME"] == (first if rank < 2 else second)
+        assert e["NODE_RANK"] == e["GROUP_RANK"] == str(rank // 2)
+        assert e["LOCAL_RANK"] == str(rank % 2) and e["WORLD_SIZE"] == "4" and e["LOCAL_WORLD_SIZE"] == "2"
+        assert e["NNODES"] == "2"
+        # the GPUs SLURM allocated to the step on that node, as SLURM numbered them
+        assert e["CUDA_VISIBLE_DEVICES"] == e["SLURM_STEP_GPUS"] and len(e["SLURM_STEP_GPUS"].split(",")) == 2
+        assert e["SGPU_GPU_TYPE"] == "H100"
+        # SLURM's task variables agree with torchrun's, for code that reads them
+        assert e["SLURM_PROCID"] == e["RANK"] and e["SLURM_LOCALID"] == e["LOCAL_RANK"]
+        assert e["SLURM_NTASKS"] == "4" and e["SLURM_NODEID"] == e["NODE_RANK"]
+        assert "SGPU_RDZV_SECRET" not in e
+    assert envs[0]["MASTER_ADDR"] == envs[3]["MASTER_ADDR"] and envs[0]["MASTER_PORT"] == envs[3]["MASTER_PORT"]
+
+
+def final_loss(text):
+    m = re.findall(r"final loss (\d+\.\d+)", text)
+    assert m, text
+    return m[-1]
+
+
+def test_ddp_across_slurm_nodes_matches_one_node(slurm_cluster, cluster_env, sgpu, tmp_path):
+    script = str(ROOT / "examples" / "ddp_mlp.py")
+    one = subprocess.run(sgpu_cmd(sgpu, "launch", "--backend", "local", "--nproc", 4, script, "--epochs", 2),
+                         env=cluster_env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    two = slurm_cluster.run("salloc", "-N2", *sgpu_cmd(sgpu, "launch", "--nproc", 2, script, "--epochs", 2),
+                            env=cluster_env, cwd=tmp_path, timeout=300)
+    assert two.returncode == 0, two.stderr
+    assert final_loss(two.stdout) == final_loss(one.stdout)
+
+
+def test_a_new_allocation_is_pending_then_running_then_released(slurm_cluster, cluster_env, sgpu, tmp_path):
+    # Every GPU of nodes 1-3 is taken: 2 nodes with 8 GPUs each must wait.
+    holder = slurm_cluster.popen("salloc", "-w", "node[1-3]", f"--gpus-per-node={GPUS_PER_NODE}", "--kill-command=TERM",
+                                 "sleep", "600")
+    held = holder.stderr.readline()
+    assert "Granted job allocation" in held, held
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(cluster_env, OUT_DIR=str(out))
+    proc = subprocess.Popen(sgpu_cmd(sgpu, "launch", "--backend", "slurm", "--nodes", 2, "--gpus-per-node",
+                                     GPUS_PER_NODE, "--timeout", "5m", "--grace", "10s",
+                                     python_program("dump_env.py")),
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stderr:  # sgpu says so as soon as SLURM does
+            lines.append(line)
+            if "PENDING (Resources)" in line:
+                break
+        assert any("is pending" in l for l in lines), lines
+        job = job_of("".join(lines))
+        assert job_state(slurm_cluster, job) == ["PENDING", "7:00"]  # 5m + 10s grace + 1m to start, rounded up
+        slurm_cluster.run("scancel", held.split()[-1])
+        _, rest = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        holder.wait(timeout=60)
+    err = "".join(lines) + rest
+    assert proc.returncode == 0, err
+    assert re.search(rf"SLURM job {job} is running on node", err), err
+    assert len(read_envs(out)) == 2 * GPUS_PER_NODE
+    assert job_state(slurm_cluster, job)[0] in ("COMPLETING", "COMPLETED")  # released, not left to its time limit
+
+
+def test_a_failure_in_a_new_allocation_releases_it_with_the_exit_code(slurm_cluster, cluster_env, sgpu, tmp_path):
+    script = 'if [ "$RANK" = 2 ]; then exit 3; fi; exec sleep 600'
+    res = subprocess.run(sgpu_cmd(sgpu, "launch", "--backend", "slurm", "--nodes", 2, "--nproc", 2, "--grace", "5s",
+                                  "--no-python", "sh", "-c", script),
+                         env=cluster_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 3, res.stderr
+    # rank 2 is node 1's first rank: on the allocation's second node
+    second = re.search(r"SLURM job \d+ is running on (\S+)", res.stderr).group(1)
+    assert re.search(r"rank 2 \((node\d)\) failed first: exit 3\b.*\(exit code 3\)", res.stderr), res.stderr
+    assert re.search(r"rank 2 \((node\d)\)", res.stderr).group(1) == expand_nodes(second)[1], res.stderr
+    job = job_of(res.stderr)
+    assert job_state(slurm_cluster, job)[0] == "FAILED"
+    info = slurm_cluster.run("scontrol", "show", "job", job).stdout
+    assert "ExitCode=3:0" in info
+
+
+def expand_nodes(text):
+    """node[1-2] or node1,node2 -> [node1, node2] (the forms the test cluster's lists take)."""
+    m = re.fullmatch(r"node\[(\d+)-(\d+)\]", text)
+    if m:
+        return [f"node{n}" for n in range(int(m.group(1)), int(m.group(2)) + 1)]
+    return text.split(",")
+
+
+def test_a_rank_failing_inside_an_allocation_names_its_node_and_gives_its_code(slurm_cluster, cluster_env, sgpu,
+                                                                              tmp_path):
+    script = 'if [ "$RANK" = 3 ]; then exit 7; fi; exec sleep 600'
+    res = slurm_cluster.run("salloc", "-w", "node[1-2]", *sgpu_cmd(sgpu, "launch", "--nproc", 2, "--grace", "5s",
+                                                                   "--no-python", "sh", "-c", script),
+                            env=cluster_env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 7, res.stderr
+    assert re.search(r"rank 3 \(node2\) failed first: exit 7\b.*\(exit code 7\)", res.stderr), res.stderr
+
+
+def test_ctrl_c_releases_the_allocation_and_leaves_nothing(slurm_cluster, cluster_env, sgpu, tmp_path):
+    marker = f"SGPU_TEST_MARK={os.getpid()}-{time.monotonic_ns()}"
+    env = dict(cluster_env, SGPU_TEST_MARK=marker.split("=", 1)[1])
+    proc = subprocess.Popen(sgpu_cmd(sgpu, "launch", "--backend", "slurm", "--nodes", 2, "--nproc", 2, "--no-python",
+                                     "sh", "-c", 'echo "up $RANK"; exec sleep 600'),
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = set()
+    for line in proc.stdout:  # every rank runs before the interrupt
+        m = re.search(r"\bup (\d+)", line)
+        if m:
+            seen.add(m.group(1))
+        if len(seen) == 4:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted by SIGINT" in err
+    assert job_state(slurm_cluster, job_of(err))[0] in ("COMPLETED", "FAILED", "GONE")
+    assert no_rank_left(marker) == []
+
+
+def test_scancel_tears_down_everywhere_and_says_so(slurm_cluster, cluster_env, sgpu, tmp_path):
+    marker = f"{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(cluster_env, SGPU_TEST_MARK=marker)
+    proc = slurm_cluster.popen("salloc", "-N2", *sgpu_cmd(sgpu, "launch", "--nproc", 2, "--grace", "5s",
+                                                          "--no-python", "sh", "-c",
+                                                          'echo "up $RANK $SLURM_JOB_ID"; exec sleep 600'),
+                               env=env)
+    job = None
+    seen = set()
+    for line in proc.stdout:
+        m = re.search(r"\bup (\d+) (\d+)", line)
+        if m:
+            seen.add(m.group(1))
+            job = m.group(2)
+        if len(seen) == 4:
+            break
+    slurm_cluster.run("scancel", job)
+    _, err = proc.communicate(timeout=60)
+    assert "was cancelled (scancel)" in err, err
+    # SLURM signals every process of the step: a rank or an agent is first.
+    assert re.search(r"(rank \d \(node\d\) failed first: SIGTERM|interrupted by SIGTERM on node\d).*\(exit code 143\)",
+                     err), err
+    assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
+
+
+def test_a_node_failing_mid_run_is_named_and_stops_the_rest(slurm_cluster, cluster_env, sgpu, tmp_path):
+    marker = f"{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(cluster_env, SGPU_TEST_MARK=marker)
+    proc = slurm_cluster.popen("salloc", "-w", "node[1-2]", *sgpu_cmd(sgpu, "launch", "--nproc", 2, "--grace", "5s",
+                                                                      "--no-python", "sh", "-c",
+                                                                      'echo "up $RANK"; exec sleep 600'),
+                               env=env)
+    try:
+        seen = set()
+        for line in proc.stdout:
+            m = re.search(r"\bup (\d+)", line)
+            if m:
+                seen.add(m.group(1))
+            if len(seen) == 4:
+                break
+        t0 = time.monotonic()
+        failed = slurm_cluster.script("fail-node", "node2")
+        assert failed.returncode == 0, failed.stderr
+        _, err = proc.communicate(timeout=120)
+        assert time.monotonic() - t0 < 30, err  # sgpu notices at once, not at SLURM's node timeout
+        assert "node node2 was lost" in err, err
+        assert proc.returncode != 0
+        assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
+    finally:
+        proc.kill()
+        back = slurm_cluster.script("start")
+        assert back.returncode == 0, back.stderr
+
+
+def test_slurms_time_limit_ends_the_job_with_124(time_limited_run):
+    # Started with the module (see time_limited_run); SLURM ends it 60-90 s later.
+    proc, started = time_limited_run
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 124, err
+    assert re.search(r"SLURM's time limit ended job \d+ \(exit code 124\)", err), err
+    assert 55 < time.monotonic() - started < 200
