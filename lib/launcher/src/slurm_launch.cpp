@@ -10,8 +10,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "sgpu/env/error.hpp"
 #include "sgpu/env/command.hpp"
+#include "sgpu/env/error.hpp"
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/env/hostlist.hpp"
 #include "sgpu/launcher/cluster_job.hpp"
