@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <utility>
 
 #include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
@@ -191,13 +193,23 @@ struct SlurmRun {
     notice(text);
   }
 
+  // <run dir>/slurm.log: every line salloc and srun wrote. salloc's come
+  // before the run directory exists: they wait here until it does.
+  std::vector<std::string> early_lines;
   void write_log(const std::string& line) {
-    if (log) log << line << '\n' << std::flush;
+    if (!log.is_open()) {
+      early_lines.push_back(line);
+      return;
+    }
+    log << line << '\n' << std::flush;
   }
 
   void start_step(ClusterJob& cluster) {
     job = &cluster;
+    std::error_code ec;
+    std::filesystem::create_directories(cluster.run_dir(), ec);  // create_run_dir fills it in once nodes are placed
     log.open(cluster.run_dir() + "/slurm.log", std::ios::app);
+    for (const auto& line : std::exchange(early_lines, {})) write_log(line);
     std::vector<std::string> agent = {in.self_exe,
                                       "agent",
                                       "--rdzv",
