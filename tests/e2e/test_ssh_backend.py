@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 
 import pytest
@@ -228,3 +229,22 @@ def test_sync_ships_the_directory_without_ignored_files(sgpu, tmp_path):
         assert got["cwd"] != str(project) and "/.cache/sgpu/sync/" in got["cwd"]
         # Each run's copy is removed once its agent ends (the hosts share this file system).
         assert not os.path.exists(got["cwd"]), got["cwd"]
+
+
+def test_rdzv_endpoint_says_where_agents_reach_the_launcher(sgpu):
+    # Behind ProxyJump or NAT the address an ssh session comes from is not the
+    # launcher's: --rdzv-endpoint names the one the hosts must dial.
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        good = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--rdzv-endpoint",
+                      f"{hosts.client_addr}:{port}", "--no-python", "/bin/sh", "-c", "echo $MASTER_ADDR")
+        assert good.returncode == 0, good.stderr
+        # Nothing listens at this address: the agents cannot join, and the join timeout names them.
+        bad = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--rdzv-endpoint",
+                     f"{hosts.unused_addr()}:{port}", "--join-timeout", "3s", "--no-python", "true")
+        assert bad.returncode != 0, bad.stderr
+        assert hosts.hosts[0].addr in bad.stderr or hosts.hosts[1].addr in bad.stderr, bad.stderr
+        for h in hosts.hosts:
+            assert job_processes(h) == []

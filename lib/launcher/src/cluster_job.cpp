@@ -169,8 +169,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
     try {
       auto plan = ClusterJob::job_plan(spec, run_id, run_dir, cwd, placement, start.master_addr,
                                        static_cast<int>(start.master_port));
-      // The launcher keeps every node's logs and files: ranks/<r>/ for each rank.
-      create_run_dir(fs::path(run_dir).parent_path().string(), run_id, world);
+      // ranks/<r>/ appear as each rank's logs and files arrive, not all at
+      // once here: thousands of mkdirs would hold up every node's heartbeat.
       observer = &(*make_observer)(io, plan);
     } catch (const Error& e) {
       // Nothing can show or keep the run: every node stops at once.

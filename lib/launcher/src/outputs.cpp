@@ -124,7 +124,7 @@ struct JobOutputs::Impl {
     }
   }
 
-  RunReport gather(const JobOutcome& outcome) const {
+  RunReport gather(const JobOutcome& outcome) {
     RunReport report;
     report.run_id = plan.run_id;
     report.run_dir = plan.run_dir;

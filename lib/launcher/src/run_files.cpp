@@ -39,17 +39,41 @@ AppendFile::AppendFile(const std::string& path, bool keep) : path_(path) {
   if (fd_ < 0) throw Error(fmt::format("cannot create {}: {}", path, std::strerror(errno)), 1);
 }
 
+AppendFile AppendFile::deferred(const std::string& path) {
+  AppendFile f;
+  f.path_ = path;
+  f.deferred_ = true;
+  return f;
+}
+
+bool AppendFile::open_deferred() {
+  deferred_ = false;
+  std::error_code ec;
+  fs::create_directories(fs::path(path_).parent_path(), ec);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_TRUNC, 0644);
+  if (fd_ < 0) error_ = fmt::format("cannot create it: {}", std::strerror(errno));
+  return fd_ >= 0;
+}
+
+void AppendFile::create() {
+  if (deferred_) open_deferred();
+}
+
 AppendFile::~AppendFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
 AppendFile::AppendFile(AppendFile&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)), error_(std::move(other.error_)) {}
+    : fd_(std::exchange(other.fd_, -1)),
+      deferred_(std::exchange(other.deferred_, false)),
+      path_(std::move(other.path_)),
+      error_(std::move(other.error_)) {}
 
 AppendFile& AppendFile::operator=(AppendFile&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    deferred_ = std::exchange(other.deferred_, false);
     path_ = std::move(other.path_);
     error_ = std::move(other.error_);
   }
@@ -57,6 +81,7 @@ AppendFile& AppendFile::operator=(AppendFile&& other) noexcept {
 }
 
 bool AppendFile::append(std::string_view bytes) {
+  if (deferred_ && !open_deferred()) return false;
   if (fd_ < 0 || !error_.empty()) return false;
   while (!bytes.empty()) {
     ssize_t n = ::write(fd_, bytes.data(), bytes.size());

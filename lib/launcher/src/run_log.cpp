@@ -58,9 +58,10 @@ RunLog::RunLog(const std::string& run_dir, int world_size, std::string host, std
       started_(static_cast<std::size_t>(world_size)),
       pids_(static_cast<std::size_t>(world_size), -1) {
   logs_.reserve(static_cast<std::size_t>(world_size) * 2);
+  // Opened on first output: see AppendFile::deferred.
   for (int r = 0; r < world_size; ++r) {
-    logs_.emplace_back(rank_log_path(run_dir, r, Stream::Out));
-    logs_.emplace_back(rank_log_path(run_dir, r, Stream::Err));
+    logs_.push_back(AppendFile::deferred(rank_log_path(run_dir, r, Stream::Out)));
+    logs_.push_back(AppendFile::deferred(rank_log_path(run_dir, r, Stream::Err)));
   }
   events_ = AppendFile((std::filesystem::path(run_dir) / "events.jsonl").string(), true);
 }
@@ -95,10 +96,12 @@ void RunLog::on_rank_exited(int rank, const env::ExitStatus& status, bool termin
 
 void RunLog::on_teardown(const env::JobEnd& cause) { append_event(teardown_event(cause)); }
 
-std::vector<std::string> RunLog::write_errors() const {
+std::vector<std::string> RunLog::write_errors() {
   std::vector<std::string> out;
-  for (const auto& f : logs_)
+  for (auto& f : logs_) {
+    f.create();
     if (!f.error().empty()) out.push_back(f.path() + ": " + f.error());
+  }
   if (!events_.error().empty()) out.push_back(events_.path() + ": " + events_.error());
   return out;
 }

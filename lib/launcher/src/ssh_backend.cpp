@@ -21,6 +21,7 @@
 #include "sgpu/launcher/cluster_job.hpp"
 #include "sgpu/launcher/ssh_nodes.hpp"
 #include "sgpu/launcher/sync.hpp"
+#include "sgpu/rendezvous/endpoint.hpp"
 
 namespace sgpu::launcher {
 namespace fs = std::filesystem;
@@ -189,6 +190,17 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
   copts.join_timeout = in.join_timeout;
   copts.heartbeat_timeout = in.heartbeat_timeout;
   for (const auto& n : chosen) copts.node_names.push_back(n.entry.host);
+  copts.master_addr = in.spec.rendezvous.master_addr;
+  // The agents dial back to the address their ssh session came from, unless
+  // --rdzv-endpoint says where (behind ProxyJump or NAT that address is not ours).
+  std::string launcher_host = env::kLauncherAddress;
+  if (!in.spec.rendezvous.endpoint.empty()) {
+    auto where = where_set(in.spec, "rendezvous.endpoint", "--rdzv-endpoint");
+    if (where.starts_with("--rdzv-endpoint ")) where = "--rdzv-endpoint";
+    auto endpoint = rendezvous::parse_endpoint(in.spec.rendezvous.endpoint, where);
+    launcher_host = endpoint.host;
+    copts.listen = rendezvous::Endpoint{"", endpoint.port};
+  }
   ClusterJob job(io, node_spec, copts, in.inherited, node_cwd);
 
   std::string tarball;
@@ -229,7 +241,7 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
       b.exports.emplace_back("CUDA_VISIBLE_DEVICES", list);
     }
     b.argv = {program};
-    for (auto& a : job.agent_args(env::kLauncherAddress, static_cast<int>(k))) b.argv.push_back(std::move(a));
+    for (auto& a : job.agent_args(launcher_host, static_cast<int>(k))) b.argv.push_back(std::move(a));
     node.steps.push_back(
         {"starting the agent", env::ssh_argv(opts, host, env::agent_bootstrap_script(b)), "", secrets});
     nodes.push_back(std::move(node));

@@ -27,6 +27,12 @@ class AppendFile {
   AppendFile() = default;
   // Creates (or truncates, unless `keep`) the file; throws sgpu::Error naming it.
   explicit AppendFile(const std::string& path, bool keep = false);
+  // Created (with its directory) on the first append or create(), never
+  // before: a launcher of thousands of remote ranks must not stall its event
+  // loop creating files for them all at once. Failures go to error().
+  static AppendFile deferred(const std::string& path);
+  // Creates a deferred file that nothing was appended to (an empty log).
+  void create();
   ~AppendFile();
   AppendFile(AppendFile&& other) noexcept;
   AppendFile& operator=(AppendFile&& other) noexcept;
@@ -40,7 +46,10 @@ class AppendFile {
   const std::string& path() const { return path_; }
 
  private:
+  bool open_deferred();
+
   int fd_ = -1;
+  bool deferred_ = false;
   std::string path_;
   std::string error_;
 };

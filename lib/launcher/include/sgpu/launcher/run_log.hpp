@@ -39,7 +39,9 @@ class RunLog : public JobObserver {
   // Appends one line: `event` with "ts" first.
   void append_event(const nlohmann::ordered_json& event);
   // Files that could not be written in full ("ranks/2/stdout: No space left on device").
-  std::vector<std::string> write_errors() const;
+  // Creates the logs of ranks that never wrote (empty files: every rank has
+  // both), then lists what could not be written.
+  std::vector<std::string> write_errors();
 
  private:
   const std::string& host_of(int rank) const;
