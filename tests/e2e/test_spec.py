@@ -128,6 +128,12 @@ def test_precedence_file_env_flags_set(sgpu, project):
     assert "resources.gpus" not in settings and doc["world_size"] == 2 and doc["ranks"][0]["devices"] == []
 
 
+def test_slurm_arg_repeats_one_salloc_argument_per_use(sgpu, project):
+    doc = dry_json(sgpu, "--backend", "slurm", "--nodes", 2, "--nproc", 1, "--slurm-arg=--comment=x",
+                   "--slurm-arg=--exclusive", "--slurm-arg=--comment=two words", "train.py")
+    settings = {s["key"]: (s["value"], s["from"]) for s in doc["settings"]}
+    assert settings["slurm.extra_args"] == (["--comment=x", "--exclusive", "--comment=two words"], "--slurm-arg")
+
 def test_errors_exit_2_naming_where_and_what_is_valid(sgpu, project):
     (project / "bad.toml").write_text('[job]\nentrypoint = "train.py"\n\n[resources]\ngpus = 8\nnproc = 2\n'
                                       'gpu-type = "H100"\n[timeouts]\ntimeout = -1\n')

@@ -324,7 +324,9 @@ std::vector<KeyInfo> make_keys() {
        .apply = [](JobSpec& s, const S& v) { s.slurm.on_demand_qos = as_string(v); }},
       {.path = "slurm.extra_args",
        .kind = K::StringList,
-       .help = "more salloc/srun arguments, as they are",
+       .flags = "--slurm-arg",
+       .help = "more arguments for salloc when sgpu asks for an allocation, each passed as given "
+               "(flag: repeat it, one argument per use: --slurm-arg=--exclusive)",
        .apply = [](JobSpec& s, const S& v) { s.slurm.extra_args = as_list(v); }},
   };
 }
