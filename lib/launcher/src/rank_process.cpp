@@ -1,5 +1,7 @@
 #include "sgpu/launcher/rank_process.hpp"
 
+#include "child_exec.hpp"
+
 #include <sys/prctl.h>
 #include <unistd.h>
 #include <csignal>
@@ -12,42 +14,19 @@
 namespace sgpu::launcher {
 namespace bp = boost::process::v2;
 
-namespace {
-
-// Runs in the child between fork and exec: only async-signal-safe calls.
-struct RankExecSetup {
-  pid_t parent;
-
-  template <typename Launcher>
-  bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*) const {
-    ::setpgid(0, 0);  // own group: the terminal's Ctrl-C reaches sgpu, which forwards it
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(128 + SIGKILL);  // sgpu died before prctl took effect
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);  // sgpu ignores SIGPIPE; ranks get the default back
-    return {};
-  }
-};
-
-}  // namespace
-
 struct RankProcess::Impl {
   bp::process proc;
 };
 
 RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch) : out_(io), err_(io) {
-  std::vector<std::string> env_strings;
-  env_strings.reserve(launch.env.size());
-  for (const auto& [k, v] : launch.env) env_strings.push_back(k + "=" + v);
+  auto env_strings = environment_strings(launch.env);
   std::vector<std::string> args(launch.argv.begin() + (launch.argv.empty() ? 0 : 1), launch.argv.end());
 
   bp::error_code ec;
   bp::default_process_launcher launcher;
   auto proc = launcher(io.get_executor(), ec, bp::filesystem::path(launch.executable), args,
                        bp::process_stdio{nullptr, out_, err_}, bp::process_environment(env_strings),
-                       bp::process_start_dir(launch.cwd), RankExecSetup{::getpid()});
+                       bp::process_start_dir(launch.cwd), ChildExecSetup{::getpid()});
   if (ec) throw std::system_error(ec.value(), std::generic_category(), launch.executable);
   pid_ = proc.id();
   impl_ = std::make_unique<Impl>(Impl{std::move(proc)});

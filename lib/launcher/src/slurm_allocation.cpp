@@ -1,5 +1,7 @@
 #include "sgpu/launcher/slurm_allocation.hpp"
 
+#include "child_exec.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 #include <array>
@@ -19,25 +21,6 @@
 
 namespace sgpu::launcher {
 namespace bp = boost::process::v2;
-
-namespace {
-
-// Between fork and exec: only async-signal-safe calls. salloc gets its own
-// process group (the terminal's Ctrl-C is sgpu's to handle) but, unlike a
-// rank, no PDEATHSIG: it must outlive a killed sgpu to release the job.
-struct SallocExecSetup {
-  template <typename Launcher>
-  bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*) const {
-    ::setpgid(0, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    return {};
-  }
-};
-
-}  // namespace
 
 struct SallocHold::Impl {
   Impl(boost::asio::io_context& io, Events ev) : err(io), events(std::move(ev)) {}
@@ -143,13 +126,13 @@ SallocHold::SallocHold(boost::asio::io_context& io, std::vector<std::string> arg
   int hold[2];
   if (::pipe2(hold, O_CLOEXEC) != 0)
     throw Error(fmt::format("cannot create a pipe for salloc: {}", std::strerror(errno)), 1);
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : environment) env_strings.push_back(k + "=" + v);
+  auto env_strings = environment_strings(environment);
   std::vector<std::string> args(argv.begin() + 1, argv.end());
   bp::error_code ec;
   bp::default_process_launcher launcher;
+  // Its own process group but no PDEATHSIG: salloc must outlive a killed sgpu to release the job.
   auto proc = launcher(io.get_executor(), ec, exe, args, bp::process_stdio{hold[0], nullptr, impl_->err},
-                       bp::process_environment(env_strings), bp::process_start_dir(cwd), SallocExecSetup{});
+                       bp::process_environment(env_strings), bp::process_start_dir(cwd), ChildExecSetup{});
   ::close(hold[0]);
   if (ec) {
     ::close(hold[1]);

@@ -1,5 +1,7 @@
 #include "sgpu/launcher/slurm_step.hpp"
 
+#include "child_exec.hpp"
+
 #include <sys/prctl.h>
 #include <unistd.h>
 #include <array>
@@ -19,30 +21,6 @@ namespace sgpu::launcher {
 namespace bp = boost::process::v2;
 
 namespace {
-
-// Between fork and exec: only async-signal-safe calls. Like a rank: its own
-// group (Ctrl-C is sgpu's to pass on), killed with sgpu.
-struct SlurmExecSetup {
-  pid_t parent;
-  template <typename Launcher>
-  bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*) const {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(128 + SIGKILL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    return {};
-  }
-};
-
-std::vector<std::string> env_strings(const env::Environment& environment) {
-  std::vector<std::string> out;
-  out.reserve(environment.size());
-  for (const auto& [k, v] : environment) out.push_back(k + "=" + v);
-  return out;
-}
 
 bp::filesystem::path find_slurm_program(const std::string& name, const env::Environment& environment) {
   auto exe = bp::environment::find_executable(name, environment);
@@ -119,9 +97,10 @@ AgentStepProcess::AgentStepProcess(boost::asio::io_context& io, const std::vecto
   std::vector<std::string> args(argv.begin() + 1, argv.end());
   bp::error_code ec;
   bp::default_process_launcher launcher;
-  auto proc = launcher(
-      io.get_executor(), ec, exe, args, bp::process_stdio{nullptr, impl_->out.pipe(), impl_->err.pipe()},
-      bp::process_environment(env_strings(environment)), bp::process_start_dir(cwd), SlurmExecSetup{::getpid()});
+  auto proc =
+      launcher(io.get_executor(), ec, exe, args, bp::process_stdio{nullptr, impl_->out.pipe(), impl_->err.pipe()},
+               bp::process_environment(environment_strings(environment)), bp::process_start_dir(cwd),
+               ChildExecSetup{::getpid()});
   if (ec) throw Error(fmt::format("cannot start {}: {}", exe.string(), ec.message()), 1);
   impl_->proc.emplace(std::move(proc));
   impl_->out.start();
@@ -168,7 +147,7 @@ void run_slurm_command(boost::asio::io_context& io, const std::vector<std::strin
   bp::error_code ec;
   bp::default_process_launcher launcher;
   auto proc = launcher(io.get_executor(), ec, exe, args, bp::process_stdio{nullptr, q->out.pipe(), nullptr},
-                       bp::process_environment(env_strings(environment)), SlurmExecSetup{::getpid()});
+                       bp::process_environment(environment_strings(environment)), ChildExecSetup{::getpid()});
   if (ec) throw Error(fmt::format("cannot start {}: {}", exe.string(), ec.message()), 1);
   q->proc.emplace(std::move(proc));
   q->self = q;

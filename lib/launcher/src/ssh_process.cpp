@@ -1,5 +1,7 @@
 #include "sgpu/launcher/ssh_process.hpp"
 
+#include "child_exec.hpp"
+
 #include <sys/prctl.h>
 #include <unistd.h>
 #include <csignal>
@@ -10,27 +12,6 @@
 
 namespace sgpu::launcher {
 namespace bp = boost::process::v2;
-
-namespace {
-
-// Runs in the child between fork and exec: only async-signal-safe calls.
-struct SshExecSetup {
-  pid_t parent;
-
-  template <typename Launcher>
-  bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*) const {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(128 + SIGKILL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    return {};
-  }
-};
-
-}  // namespace
 
 struct SshProcess::Impl {
   bp::process proc;
@@ -57,7 +38,7 @@ SshProcess::SshProcess(boost::asio::io_context& io, const std::vector<std::strin
   bp::default_process_launcher launcher;
   auto start = [&](auto&& input) {
     return launcher(io.get_executor(), ec, bp::filesystem::path(exe), args, bp::process_stdio{input, out_, err_},
-                    SshExecSetup{::getpid()});
+                    ChildExecSetup{::getpid()});
   };
   auto proc = stdin_file.empty() ? start(in_) : start(bp::filesystem::path(stdin_file));
   if (ec) throw std::system_error(ec.value(), std::generic_category(), exe);
