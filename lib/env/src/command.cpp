@@ -24,6 +24,18 @@ std::vector<std::string> build_argv(const Entrypoint& entry, const std::string& 
   return argv;
 }
 
+const char* entrypoint_kind_name(Entrypoint::Kind kind) {
+  switch (kind) {
+    case Entrypoint::Kind::Script:
+      return "script";
+    case Entrypoint::Kind::Module:
+      return "module";
+    case Entrypoint::Kind::Executable:
+      return "executable";
+  }
+  return "script";
+}
+
 namespace {
 // torchrun options that sgpu does not accept, with what to do instead.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 11> kUnsupported{{

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 
 namespace sgpu::launcher {
@@ -10,18 +11,6 @@ namespace {
 
 using json = nlohmann::json;
 constexpr int kFormat = 1;
-
-const char* kind_name(env::Entrypoint::Kind k) {
-  switch (k) {
-    case env::Entrypoint::Kind::Script:
-      return "script";
-    case env::Entrypoint::Kind::Module:
-      return "module";
-    case env::Entrypoint::Kind::Executable:
-      return "executable";
-  }
-  return "script";
-}
 
 env::Entrypoint::Kind kind_of(const std::string& name) {
   if (name == "module") return env::Entrypoint::Kind::Module;
@@ -46,8 +35,9 @@ std::string encode_job(const JobDescription& job) {
   const auto& s = job.spec;
   json j;
   j["format"] = kFormat;
-  j["entrypoint"] = {
-      {"kind", kind_name(s.entrypoint.kind)}, {"target", s.entrypoint.target}, {"args", s.entrypoint.args}};
+  j["entrypoint"] = {{"kind", env::entrypoint_kind_name(s.entrypoint.kind)},
+                     {"target", s.entrypoint.target},
+                     {"args", s.entrypoint.args}};
   j["python"] = s.python;
   j["gpus"] = s.gpus ? json(*s.gpus) : json();
   j["nproc"] = s.nproc ? json(*s.nproc) : json();

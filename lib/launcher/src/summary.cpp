@@ -1,5 +1,6 @@
 #include "sgpu/launcher/summary.hpp"
 
+#include "sgpu/env/command.hpp"
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/launcher/run_files.hpp"
 #include "sgpu/launcher/run_log.hpp"
@@ -8,18 +9,6 @@ namespace sgpu::launcher {
 
 namespace {
 using json = nlohmann::ordered_json;
-
-const char* entrypoint_kind(env::Entrypoint::Kind k) {
-  switch (k) {
-    case env::Entrypoint::Kind::Script:
-      return "script";
-    case env::Entrypoint::Kind::Module:
-      return "module";
-    case env::Entrypoint::Kind::Executable:
-      return "executable";
-  }
-  return "script";
-}
 
 json seconds_or_null(const std::optional<env::Seconds>& s) { return s ? json(s->count()) : json(nullptr); }
 
@@ -60,7 +49,7 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
   json console_ranks = spec.console_ranks.empty() ? json(nullptr) : json(spec.console_ranks);
   return {
       {"entrypoint",
-       {{"kind", entrypoint_kind(spec.entrypoint.kind)},
+       {{"kind", env::entrypoint_kind_name(spec.entrypoint.kind)},
         {"target", spec.entrypoint.target},
         {"args", spec.entrypoint.args}}},
       {"executable", plan.executable},

@@ -17,6 +17,9 @@ struct Entrypoint {
 // Executable: target args... (`python` is ignored).
 std::vector<std::string> build_argv(const Entrypoint& entry, const std::string& python);
 
+// "script", "module", "executable": the spelling in spec.json and the agent's job.
+const char* entrypoint_kind_name(Entrypoint::Kind kind);
+
 // For a torchrun option sgpu does not take: a sentence saying why and what to
 // use instead. Empty when `flag` (e.g. "--rdzv-backend", "--tee=3") is not one.
 std::string unsupported_torchrun_option(std::string_view flag);
