@@ -21,7 +21,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,9 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from harness import Peer, Row, median, rotated  # noqa: E402
+from ports import free_port_block  # noqa: E402
 
 NODES, PER_NODE = 2, 4
 RANKS = NODES * PER_NODE
@@ -46,29 +47,6 @@ def usable():
     if missing:
         return f"{', '.join(missing)} not installed (scripts/install-deps installs SLURM)"
     return None
-
-
-def free_port_block(count):
-    """A base port with `count` consecutive ports free right now (slurmctld's, then one per slurmd)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no block of free ports")
 
 
 def peers(sgpu):

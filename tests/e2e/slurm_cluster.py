@@ -2,39 +2,15 @@
 test session in its own directory and on its own ports, so two test runs on
 one machine do not meet, and stopped at the end."""
 import os
-import socket
 import subprocess
 
 import pytest
 
 from conftest import ROOT, pid_alive
+from ports import free_port_block
 
 NODES = 4
 GPUS_PER_NODE = 8
-
-
-def free_port_block(count):
-    """A base port with `count` consecutive ports free right now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind(("", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no block of free ports")
 
 
 class SlurmCluster:
