@@ -327,3 +327,12 @@ def test_no_color_on_a_terminal(sgpu):
     assert status_lines(text)  # still a status line: it is not colour
     assert sorted(re.findall(r"^\[\d\] hi \d$", without_status(text), re.M)) == ["[0] hi 0", "[1] hi 1"]
     assert "\x1b[3" not in text and "\x1b[0m" not in text
+
+
+def test_a_rank_that_prints_nothing_still_gets_empty_logs(sgpu):
+    # Logs are created on a rank's first byte (README "Run directory"); the
+    # silent ones get empty files when the run ends, so every rank has both.
+    res = sgpu.run("launch", "--nproc", 2, "--no-python", "/bin/sh", "-c", '[ "$RANK" = 1 ] && echo one >&2; true')
+    assert res.returncode == 0, res.stderr
+    assert log(sgpu, 0, "stdout") == b"" and log(sgpu, 0, "stderr") == b""
+    assert log(sgpu, 1, "stdout") == b"" and log(sgpu, 1, "stderr") == b"one\n"
