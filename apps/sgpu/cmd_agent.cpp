@@ -21,6 +21,7 @@ struct AgentFlags {
   std::string secret_file;
   std::string join_timeout = "10m";
   bool slurm_step = false;
+  bool watch_stdin = false;
 };
 }  // namespace
 
@@ -36,6 +37,9 @@ Command add_agent_command(CLI::App& app) {
   cmd->add_option("--join-timeout", flags->join_timeout, "How long to keep trying to reach the launcher (default 10m)");
   cmd->add_flag("--slurm-step", flags->slurm_step,
                 "Started by srun: node rank, name and the launcher's address from the step (--backend slurm)");
+  cmd->add_flag("--watch-stdin", flags->watch_stdin,
+                "Standard input is the launcher's ssh session: its end stops the ranks and the agent "
+                "(exit 129) (--backend ssh)");
   return [flags](const DashTail&) {
     auto inherited = env::current_environment();
     launcher::AgentOptions o;
@@ -54,6 +58,9 @@ Command add_agent_command(CLI::App& app) {
       if (auto devices = env::slurm_visible_devices(inherited)) o.environment["CUDA_VISIBLE_DEVICES"] = *devices;
       o.slurm_step = true;
     }
+    o.watch_stdin = flags->watch_stdin;
+    if (o.watch_stdin && flags->secret_file == "-")
+      throw Error("--watch-stdin and --rdzv-secret-file - both want standard input; give the secret another way");
     o.cwd = std::filesystem::current_path().string();
     auto secret = rendezvous::find_secret(inherited, flags->secret_file, "--rdzv-secret-file");
     std::signal(SIGPIPE, SIG_IGN);

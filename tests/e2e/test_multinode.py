@@ -224,6 +224,24 @@ def test_an_agent_that_loses_the_launcher_stops_its_ranks(sgpu, rdzv, out):
     assert all_dead(pids)
 
 
+def test_an_agent_watching_stdin_stops_its_ranks_when_its_session_ends(sgpu, rdzv, out):
+    # --watch-stdin (the ssh backend's agents): stdin is the ssh session; its
+    # end is the launcher's way to end the agent, and a dropped session's sign.
+    endpoint, secret = rdzv
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, "--nproc", 1, "--grace", "1s", "--no-python", "sh", "-c",
+                     WRITE_PID + "exec sleep 60", env=env)
+    a1 = agent(sgpu, endpoint, secret, "--node-name", "nodeb", "--watch-stdin", env=env, stdin=subprocess.PIPE)
+    pids = read_pids(out, range(2))
+    _, e1 = a1.communicate(timeout=30)  # closes its stdin
+    assert a1.returncode == 129, e1
+    assert "the launcher's ssh session ended" in e1
+    assert all_dead(pids[1:])
+    _, e0 = n0.communicate(timeout=30)
+    assert n0.returncode != 0 and "nodeb" in e0, e0
+    assert all_dead(pids)
+
+
 def test_the_join_timeout_names_the_missing_nodes(sgpu, rdzv):
     endpoint, secret = rdzv
     n0 = static_node(sgpu, 3, 0, endpoint, secret, "--join-timeout", "1s", "--nproc", 1, "--no-python", "true")

@@ -1,12 +1,15 @@
 #include "sgpu/launcher/agent.hpp"
 
 #include <unistd.h>
+#include <array>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <fmt/format.h>
 
@@ -62,6 +65,8 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   bool ranks_finished = false;
   std::optional<AgentResult> lost;
   bool done = false;
+  std::optional<asio::posix::stream_descriptor> session;  // --watch-stdin: a copy of fd 0
+  std::array<char, 512> session_buf{};
 
   Impl(asio::io_context& io_, AgentOptions o, rdzv::Secret secret)
       : io(io_),
@@ -195,6 +200,17 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     }
   }
 
+  // --watch-stdin: whatever arrives is ignored; the end of input is the end
+  // of the ssh session.
+  void watch_session() {
+    session->async_read_some(asio::buffer(session_buf), [this](boost::system::error_code ec, std::size_t) {
+      if (done) return;
+      if (!ec) return watch_session();
+      client.close();
+      on_lost("the launcher's ssh session ended", 128 + SIGHUP);
+    });
+  }
+
   void on_lost(const std::string& why, int exit_code) override {
     AgentResult result{exit_code, why, false};
     if (supervisor && !ranks_finished) {
@@ -222,6 +238,10 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     if (done) return;
     done = true;
     master_port.reset();
+    if (session) {
+      boost::system::error_code ignored;
+      session->close(ignored);
+    }
     if (on_done) on_done(result);
   }
 
@@ -266,6 +286,12 @@ Agent::~Agent() = default;
 
 void Agent::start(std::function<void(const AgentResult&)> on_done) {
   impl_->on_done = std::move(on_done);
+  if (impl_->options.watch_stdin) {
+    int fd = ::dup(STDIN_FILENO);
+    if (fd < 0) throw Error(fmt::format("--watch-stdin: standard input: {}", std::strerror(errno)));
+    impl_->session.emplace(impl_->io, fd);
+    impl_->watch_session();
+  }
   impl_->client.start();
 }
 

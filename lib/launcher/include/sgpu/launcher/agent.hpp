@@ -38,6 +38,11 @@ struct AgentOptions {
   // Started by srun (`sgpu agent --slurm-step`): each rank's SLURM task
   // variables (SLURM_PROCID, ...) are set to its own place, not the agent's.
   bool slurm_step = false;
+  // Started over ssh (`sgpu agent --watch-stdin`): standard input is the ssh
+  // session, and its end (the launcher closed it, or the connection or the
+  // launcher is gone; sshd signals nothing) stops the ranks and ends the
+  // agent with 129, as a hangup would.
+  bool watch_stdin = false;
 };
 
 // How an agent ended: the launcher's verdict (Finish), or why the agent
