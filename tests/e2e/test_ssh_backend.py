@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -154,6 +155,38 @@ def test_a_refused_key_is_named_and_exits_255(sgpu):
         assert res.returncode == 255, res.stderr
         assert f"cannot reach {hosts.hosts[1].addr}" in res.stderr and "Permission denied" in res.stderr
         assert job_processes(hosts.hosts[0]) == []
+
+
+def test_ctrl_c_while_a_host_is_still_connecting_ends_at_once_and_leaves_nothing(sgpu, tmp_path):
+    # One host's agent has joined; the other's ssh hangs before it connects
+    # (a ProxyCommand that never answers), with a long --ssh-connect-timeout.
+    # Ctrl-C must not wait for that ssh, and must leave nothing on either side.
+    with SshHosts(1, host_env={0: WITH_SGPU}) as hosts:
+        config = tmp_path / "ssh_config"
+        config.write_text("Host hanging\n  ProxyCommand sleep 4321\n\n" + pathlib.Path(hosts.ssh_config()).read_text())
+        argv = [sgpu.bin, "launch", "--backend", "ssh", "--ssh-config", str(config), "--ssh-option",
+                f"ControlPath={hosts.dir}/cm-%C", "--ssh-connect-timeout", "120", "--hosts",
+                f"{hosts.hosts[0].addr},hanging", "--nproc", "1", "--no-python", "true"]
+        p = subprocess.Popen(argv, env=sgpu.env, cwd=sgpu.cwd, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        seen = []
+        for line in p.stderr:  # the rendezvous's progress line, 5 s in
+            seen.append(line)
+            if "1 of 2 joined" in line:
+                break
+        else:
+            raise AssertionError(f"sgpu ended before one node joined: {''.join(seen)}")
+        assert any(" agent " in c for c in job_processes(hosts.hosts[0]))
+        p.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, err = p.communicate(timeout=60)
+        took = time.monotonic() - started
+        assert p.returncode == 130, "".join(seen) + err
+        assert "interrupted by SIGINT" in err, err
+        assert took < 10, f"Ctrl-C took {took:.1f} s"
+        assert job_processes(hosts.hosts[0]) == []
+        # ssh killed before it connects leaves its ProxyCommand: sgpu stops ssh's whole group.
+        assert subprocess.run(["pgrep", "-f", "sleep 4321"], capture_output=True).returncode == 1
 
 
 def test_a_host_without_sgpu_is_named_or_gets_a_copy(sgpu, tmp_path):

@@ -15,9 +15,8 @@ TEST_CASE("env::agent_bootstrap_script") {
         "CUDA_VISIBLE_DEVICES=0,2; export CUDA_VISIBLE_DEVICES; ODD='a b'\\''c'; export ODD; "
         "set -- $SSH_CONNECTION; case $1 in *:*) sgpu_launcher=\"[$1]\";; *) sgpu_launcher=$1;; esac; "
         "cd '/data/my run' || exit 1; command -v sgpu >/dev/null 2>&1 || { echo \"PATH=$PATH\" >&2; exit 127; }; echo "
-        "sgpu-ssh-ready; exec 3<&0; "
-        "sgpu agent --rdzv \"$sgpu_launcher\":29400 --node-name '$(id)' </dev/null 3<&- & a=$!; "
-        "{ cat <&3 >/dev/null; kill -TERM $a; } >/dev/null 2>&1 & w=$!; wait $a; s=$?; kill $w 2>/dev/null; exit $s");
+        "sgpu-ssh-ready; "
+        "sgpu agent --rdzv \"$sgpu_launcher\":29400 --node-name '$(id)'; s=$?; exit $s");
   SUBCASE("a shipped binary by path, no secrets, the launcher inside a word") {
     AgentBootstrap s;
     s.argv = {"/home/u/.cache/sgpu/bin/sgpu-ab12", "x=" + std::string(kLauncherAddress) + "/" + kLauncherAddress};
@@ -25,9 +24,8 @@ TEST_CASE("env::agent_bootstrap_script") {
           "set -- $SSH_CONNECTION; case $1 in *:*) sgpu_launcher=\"[$1]\";; *) sgpu_launcher=$1;; esac; "
           ""
           "command -v /home/u/.cache/sgpu/bin/sgpu-ab12 >/dev/null 2>&1 || { echo \"PATH=$PATH\" >&2; exit 127; }; "
-          "echo sgpu-ssh-ready; exec 3<&0; "
-          "/home/u/.cache/sgpu/bin/sgpu-ab12 x=\"$sgpu_launcher\"/\"$sgpu_launcher\" </dev/null 3<&- & a=$!; "
-          "{ cat <&3 >/dev/null; kill -TERM $a; } >/dev/null 2>&1 & w=$!; wait $a; s=$?; kill $w 2>/dev/null; exit $s");
+          "echo sgpu-ssh-ready; "
+          "/home/u/.cache/sgpu/bin/sgpu-ab12 x=\"$sgpu_launcher\"/\"$sgpu_launcher\"; s=$?; exit $s");
   }
 }
 
@@ -39,8 +37,7 @@ TEST_CASE("env::agent_bootstrap_script removes the --sync copy once the agent en
   auto script = agent_bootstrap_script(b);
   CHECK(script.starts_with("set -- $SSH_CONNECTION;"));
   CHECK(script.find("cd \"$HOME\"/'.cache/sgpu/sync/run-1/sub dir' || exit 1; ") != std::string::npos);
-  CHECK(
-      script.ends_with("wait $a; s=$?; kill $w 2>/dev/null; cd / && rm -rf \"$HOME\"/.cache/sgpu/sync/run-1; exit $s"));
+  CHECK(script.ends_with("sgpu agent; s=$?; cd / && rm -rf \"$HOME\"/.cache/sgpu/sync/run-1; exit $s"));
 }
 
 TEST_CASE("env::classify_ssh_exit names the host and keeps the root cause's exit code") {

@@ -42,7 +42,7 @@ std::string agent_bootstrap_script(const AgentBootstrap& boot) {
   if (!boot.argv.empty()) {
     const auto& program = boot.argv.front();
     s += fmt::format("command -v {} >/dev/null 2>&1 || {{ echo \"PATH=$PATH\" >&2; exit 127; }}; ", home_word(program));
-    s += fmt::format("echo {}; exec 3<&0; ", kReadyMarker);
+    s += fmt::format("echo {}; ", kReadyMarker);
     std::string words;
     for (std::size_t i = 0; i < boot.argv.size(); ++i) {
       const auto& w = boot.argv[i];
@@ -51,14 +51,12 @@ std::string agent_bootstrap_script(const AgentBootstrap& boot) {
       if (i == 0) quoted = home_word(w);
       words += (i ? " " : "") + quoted;
     }
-    // The agent runs in the background with stdin from /dev/null; a watcher
-    // reads ssh's stdin and stops the agent when it ends (the launcher or its
-    // ssh went away), since sshd signals nothing when a session drops. A
-    // background list's stdin is /dev/null, so the watcher reads a copy (fd 3).
+    // The agent runs in the foreground on ssh's stdin (sshd signals nothing
+    // when a session drops: the agent's --watch-stdin ends it at EOF), and
+    // the shell waits for it: once ssh reports the exit, nothing of the
+    // session is left on the host.
     s +=
-        words +
-        " </dev/null 3<&- & a=$!; { cat <&3 >/dev/null; kill -TERM $a; } >/dev/null 2>&1 & w=$!; "
-        "wait $a; s=$?; kill $w 2>/dev/null; " +
+        words + "; s=$?; " +
         (boot.remove_after.empty() ? std::string() : fmt::format("cd / && rm -rf {}; ", home_word(boot.remove_after))) +
         "exit $s";
   }

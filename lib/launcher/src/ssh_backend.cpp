@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <chrono>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -81,15 +80,19 @@ class Handler : public SshNodesHandler {
   void on_node_exit(int node, const SshNodeExit& exit) override {
     auto failure = env::classify_ssh_exit(labels_[static_cast<std::size_t>(node)], exit);
     if (!failure) return;
-    if (!first_) first_ = failure;
+    // Kept even after the end: it may explain a node the rendezvous lost.
     failures_[static_cast<std::size_t>(node)] = failure;
+    if (ended_) return;  // the launcher ended this session itself
+    if (!first_) first_ = failure;
     if (nodes_) nodes_->stop_starting();
     job_.node_failed(node, failure->message);
-    // Before every agent is up the rendezvous cannot reach them all: ending
-    // their ssh ends them (the bootstrap's watcher sends SIGTERM).
-    if (nodes_ && ready_ < labels_.size()) nodes_->stop(SIGTERM);
   }
-  void on_agent_ready(int /*node*/) override { ++ready_; }
+  // The run is over (ClusterOptions::on_end): every session still open is
+  // ended, and run() returns once each ssh has exited.
+  void on_end(std::chrono::steady_clock::duration wait) {
+    ended_ = true;
+    if (nodes_) nodes_->end(wait);
+  }
   void attach(SshNodes& nodes) { nodes_ = &nodes; }
   const std::optional<env::NodeFailure>& first() const { return first_; }
   const std::optional<env::NodeFailure>& failure(std::size_t node) const { return failures_[node]; }
@@ -100,7 +103,7 @@ class Handler : public SshNodesHandler {
   std::vector<std::optional<env::NodeFailure>> failures_;
   std::optional<env::NodeFailure> first_;
   SshNodes* nodes_ = nullptr;
-  std::size_t ready_ = 0;
+  bool ended_ = false;
 };
 
 }  // namespace
@@ -191,6 +194,14 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
   copts.heartbeat_timeout = in.heartbeat_timeout;
   for (const auto& n : chosen) copts.node_names.push_back(n.entry.host);
   copts.master_addr = in.spec.rendezvous.master_addr;
+  // Once the run is over, the sessions still open are ended and waited for:
+  // an agent stops its ranks within the grace, then a few seconds for ssh.
+  Handler* handler_at_end = nullptr;
+  auto grace = env::parse_duration(in.spec.grace, "--grace").value_or(env::Seconds(30));
+  auto session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(grace + env::Seconds(5));
+  copts.on_end = [&handler_at_end, session_wait] {
+    if (handler_at_end) handler_at_end->on_end(session_wait);
+  };
   // The agents dial back to the address their ssh session came from, unless
   // --rdzv-endpoint says where (behind ProxyJump or NAT that address is not ours).
   std::string launcher_host = env::kLauncherAddress;
@@ -242,6 +253,7 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
     }
     b.argv = {program};
     for (auto& a : job.agent_args(launcher_host, static_cast<int>(k))) b.argv.push_back(std::move(a));
+    b.argv.emplace_back("--watch-stdin");  // ssh's stdin: the session ends the agent (SshNodes::end)
     node.steps.push_back(
         {"starting the agent", env::ssh_argv(opts, host, env::agent_bootstrap_script(b)), "", secrets});
     nodes.push_back(std::move(node));
@@ -251,6 +263,7 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
   Handler handler(job, labels);
   SshNodes starter(io, std::move(nodes), s.max_parallel, handler);
   handler.attach(starter);
+  handler_at_end = &handler;
   starter.start();
   JobOutcome outcome;
   try {

@@ -7,6 +7,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
 #include "sgpu/env/ssh_scripts.hpp"
@@ -24,6 +25,7 @@ struct SshNodes::Impl {
     SshNode spec;
     std::size_t step = 0;
     std::unique_ptr<SshProcess> proc;
+    std::optional<asio::steady_timer> deadline;  // a closed session's ssh gets SIGTERM when it expires
     std::array<char, 4096> out_buf{};
     std::array<char, 4096> err_buf{};
     std::string out_text, err_line;
@@ -95,7 +97,9 @@ struct SshNodes::Impl {
     read_out(index);
     read_err(index);
     n.proc->async_wait([this, index](int status) {
-      nodes[static_cast<std::size_t>(index)].wait_status = status;
+      auto& node = nodes[static_cast<std::size_t>(index)];
+      node.wait_status = status;
+      if (node.deadline) node.deadline->cancel();
       maybe_done(index);
     });
   }
@@ -178,11 +182,29 @@ void SshNodes::stop_starting() {
   }
 }
 
-void SshNodes::stop(int sig) {
-  impl_->stopped = true;
-  for (auto& n : impl_->nodes)
-    if (n.proc && !n.wait_status) n.proc->signal(sig);
+void SshNodes::end(std::chrono::steady_clock::duration wait) {
+  auto& s = *impl_;
+  s.stopped = true;
   stop_starting();
+  for (auto& n : s.nodes) {
+    if (!n.proc || n.wait_status) continue;
+    if (!n.ready || n.step + 1 != n.spec.steps.size()) {
+      // No agent yet: nothing on the host to wait for. The group, since ssh
+      // dies of SIGTERM before it connects without stopping its ProxyCommand.
+      // (A master that ControlPersist forked from this ssh keeps using that
+      // proxy; it loses its connection, and the next run makes a new one.)
+      n.proc->signal_group(SIGTERM);
+      continue;
+    }
+    // ssh passes the end of its input on; the agent stops its ranks and
+    // exits, the bootstrap shell with it, and then ssh.
+    boost::system::error_code ignored;
+    n.proc->in().close(ignored);
+    n.deadline.emplace(s.io, wait);
+    n.deadline->async_wait([&n](boost::system::error_code ec) {
+      if (!ec && !n.wait_status) n.proc->signal_group(SIGTERM);
+    });
+  }
 }
 
 bool SshNodes::all_exited() const { return impl_->reported == impl_->nodes.size(); }

@@ -46,11 +46,15 @@ SshProcess::SshProcess(boost::asio::io_context& io, const std::vector<std::strin
   impl_ = std::make_unique<Impl>(Impl{std::move(proc)});
 }
 
-// The destructor of bp::process kills and reaps an ssh still running.
-SshProcess::~SshProcess() = default;
+// The destructor of bp::process kills and reaps an ssh still running; its
+// group goes first, with whatever ssh started (a ProxyCommand).
+SshProcess::~SshProcess() {
+  bp::error_code ec;
+  if (impl_ && impl_->proc.running(ec)) signal_group(SIGKILL);
+}
 
-void SshProcess::signal(int sig) const {
-  if (pid_ > 0) ::kill(pid_, sig);
+void SshProcess::signal_group(int sig) const {
+  if (pid_ > 0) ::kill(-pid_, sig);
 }
 
 void SshProcess::async_wait(std::function<void(int)> on_exit) {

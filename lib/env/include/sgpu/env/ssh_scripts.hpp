@@ -18,8 +18,10 @@ namespace sgpu::env {
 // program was found, so the launcher can tell "ssh failed" and "sgpu is not
 // installed there" (exit 127 before the marker) from the agent's own end.
 // The agent is not exec'ed: the shell waits and exits with its status, so a
-// killed agent shows as 128+N in ssh's exit code; and when ssh's stdin ends
-// (the launcher or its ssh is gone) the agent gets SIGTERM.
+// killed agent shows as 128+N in ssh's exit code. The agent keeps ssh's
+// stdin and is expected to end when it does (`sgpu agent --watch-stdin`):
+// the launcher ends a session by closing it, and ssh's exit then means every
+// process of the session has ended.
 inline constexpr const char* kReadyMarker = "sgpu-ssh-ready";
 // In an argument, stands for the launcher's address as the remote host sees
 // it (the first field of $SSH_CONNECTION, bracketed when IPv6).

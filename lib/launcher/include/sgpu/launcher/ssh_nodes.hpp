@@ -5,6 +5,7 @@
 // A host stops counting against the cap once its agent said it started (the
 // bootstrap script's ready marker), so a thousand hosts never open a thousand
 // handshakes at the same moment.
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <string>
@@ -53,9 +54,12 @@ class SshNodes {
   // Starts no more hosts (the job failed); running ssh sessions go on, so
   // their agents can still stop their ranks and report.
   void stop_starting();
-  // Sends `sig` to every ssh still running and starts no more steps; ssh
-  // closes its connection, and sshd ends the remote side's session.
-  void stop(int sig);
+  // Ends every session and starts no more steps. A running agent's session
+  // ends by closing ssh's stdin: the agent sees the end of its input, stops
+  // its ranks and exits, and ssh exits after it, so an exited ssh means
+  // nothing is left on its host. An ssh still connecting or preparing gets
+  // SIGTERM at once; one whose agent has not ended after `wait` gets it too.
+  void end(std::chrono::steady_clock::duration wait);
   // Every node has reported on_node_exit.
   bool all_exited() const;
 

@@ -25,7 +25,10 @@ class SshProcess {
   SshProcess& operator=(const SshProcess&) = delete;
 
   int pid() const { return pid_; }
-  void signal(int sig) const;
+  // ssh and what it started in its group: a ProxyCommand (ProxyJump's ssh
+  // -W), which ssh killed before it connects leaves running. A ControlPersist
+  // master is not in it (it starts its own session).
+  void signal_group(int sig) const;
 
   boost::asio::writable_pipe& in() { return in_; }
   boost::asio::readable_pipe& out() { return out_; }
