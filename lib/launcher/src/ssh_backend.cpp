@@ -197,9 +197,8 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
   // Once the run is over, the sessions still open are ended and waited for:
   // an agent stops its ranks within the grace, then a few seconds for ssh.
   Handler* handler_at_end = nullptr;
-  auto grace = env::parse_duration(in.spec.grace, "--grace").value_or(env::Seconds(30));
-  auto session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(grace + env::Seconds(5));
-  copts.on_end = [&handler_at_end, session_wait] {
+  std::chrono::steady_clock::duration session_wait{};
+  copts.on_end = [&handler_at_end, &session_wait] {
     if (handler_at_end) handler_at_end->on_end(session_wait);
   };
   // The agents dial back to the address their ssh session came from, unless
@@ -213,6 +212,9 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
     copts.listen = rendezvous::Endpoint{"", endpoint.port};
   }
   ClusterJob job(io, node_spec, copts, in.inherited, node_cwd);
+  // The job validated --grace; "none" never gets here.
+  session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      *env::parse_duration(in.spec.grace, "--grace") + env::Seconds(5));
 
   std::string tarball;
   std::string remote_sync = "~/.cache/sgpu/sync/" + job.run_id();

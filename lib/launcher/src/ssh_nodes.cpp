@@ -188,7 +188,7 @@ void SshNodes::end(std::chrono::steady_clock::duration wait) {
   stop_starting();
   for (auto& n : s.nodes) {
     if (!n.proc || n.wait_status) continue;
-    if (!n.ready || n.step + 1 != n.spec.steps.size()) {
+    if (!n.ready) {  // set by the last step's marker only
       // No agent yet: nothing on the host to wait for. The group, since ssh
       // dies of SIGTERM before it connects without stopping its ProxyCommand.
       // (A master that ControlPersist forked from this ssh keeps using that
