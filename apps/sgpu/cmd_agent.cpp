@@ -5,10 +5,10 @@
 #include <csignal>
 #include <filesystem>
 
+#include "backends/slurm/slurm_job.hpp"
 #include "commands.hpp"
 #include "multinode.hpp"
 #include "sgpu/env/error.hpp"
-#include "sgpu/env/slurm_job.hpp"
 #include "sgpu/rendezvous/auth.hpp"
 
 namespace sgpu::app {

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "sgpu/launcher/devices.hpp"
+#include "sgpu/launcher/devices/devices.hpp"
 
 namespace sgpu::app {
 

@@ -6,11 +6,11 @@
 
 #include <fmt/format.h>
 
+#include "backends/slurm/slurm_launch.hpp"
 #include "multinode.hpp"
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/outputs.hpp"
-#include "sgpu/launcher/plan.hpp"
-#include "sgpu/launcher/slurm_launch.hpp"
+#include "sgpu/launcher/outputs/outputs.hpp"
+#include "sgpu/launcher/plan/plan.hpp"
 
 namespace sgpu::app {
 

@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/outputs.hpp"
-#include "sgpu/launcher/plan.hpp"
+#include "sgpu/launcher/outputs/outputs.hpp"
+#include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/rendezvous/auth.hpp"
 #include "sgpu/rendezvous/endpoint.hpp"
 

@@ -5,12 +5,12 @@
 #include <optional>
 #include <string>
 
+#include "backends/static/static_launch.hpp"
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/rank_env.hpp"
-#include "sgpu/launcher/agent.hpp"
-#include "sgpu/launcher/devices.hpp"
-#include "sgpu/launcher/spec.hpp"
-#include "sgpu/launcher/static_launch.hpp"
+#include "sgpu/launcher/devices/devices.hpp"
+#include "sgpu/launcher/job/agent.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
 
 namespace sgpu::app {
 

@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <memory>
 
+#include "backends/ssh/ssh_backend.hpp"
 #include "multinode.hpp"
-#include "sgpu/launcher/outputs.hpp"
-#include "sgpu/launcher/ssh_backend.hpp"
+#include "sgpu/launcher/outputs/outputs.hpp"
 
 namespace sgpu::app {
 

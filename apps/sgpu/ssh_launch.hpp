@@ -4,7 +4,7 @@
 #include <string>
 
 #include "sgpu/env/rank_env.hpp"
-#include "sgpu/launcher/spec.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
 
 namespace sgpu::app {
 

@@ -1,0 +1,106 @@
+#pragma once
+// The launcher's side of a multi-node run, for whatever starts the nodes: a
+// static launch on node 0, the ssh backend, the SLURM backend. It hosts the
+// authenticated rendezvous on the caller's event loop; the caller starts one
+// `sgpu agent` per node its own way, then run() drives the job to its end and
+// gives every node's ranks to one JobObserver, as a one-node launch does:
+//
+//   ClusterJob job(io, spec, {.nnodes = 2, .node_names = {"a", "b"}}, env, cwd);
+//   for (int k = 0; k < 2; ++k)   // e.g. ssh NAME sgpu ARGS, environment added
+//     start_agent(names[k], job.agent_args(launcher_host, k), job.agent_environment());
+//   JobOutcome outcome = job.run([&](io_context& io, const LaunchPlan& plan) -> JobObserver& {
+//     outputs.emplace(io, spec, plan, env);   // once the nodes are placed
+//     return outputs->observer();
+//   });                                        // throws sgpu::Error if the rendezvous fails
+//
+// run() owns SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 and passes them to every
+// node. The first failure anywhere (a rank, a lost node, the timeout) stops
+// every node: SIGTERM, SIGKILL after the grace. run() returns once every node
+// has reported its ranks' ends (or was lost) and has been told to exit.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
+#include "sgpu/rendezvous/auth.hpp"
+#include "sgpu/rendezvous/endpoint.hpp"
+
+namespace sgpu::launcher {
+
+struct ClusterOptions {
+  int nnodes = 1;
+  // What the backend calls each node, by node rank: used in messages and
+  // given to the agent as --node-name. May be empty (agents use hostnames).
+  std::vector<std::string> node_names;
+  rendezvous::Endpoint listen;               // host "": every interface; port 0: a free port
+  std::optional<rendezvous::Secret> secret;  // nullopt: a fresh one from the OS random source
+  env::Seconds join_timeout{600};
+  env::Seconds heartbeat_timeout{10};
+  std::string master_addr;  // --master-addr; "" lets the rendezvous choose
+  // Refused peers, progress while waiting; default: "sgpu: ..." on stderr.
+  std::function<void(const std::string&)> notice;
+  // Called once when the run is over (every node reported or was lost, or
+  // the rendezvous failed). run() returns only when the backend's own
+  // processes have ended too: one that would linger (srun waiting for SLURM
+  // to declare a lost node dead) is the backend's to stop from here.
+  std::function<void()> on_end;
+};
+
+class ClusterJob {
+ public:
+  // Listens at once; validates the spec's durations; creates the run
+  // directory's root. Throws sgpu::Error.
+  ClusterJob(boost::asio::io_context& io, JobSpec spec, ClusterOptions options, const env::Environment& inherited,
+             std::string cwd);
+  ~ClusterJob();
+  ClusterJob(const ClusterJob&) = delete;
+  ClusterJob& operator=(const ClusterJob&) = delete;
+
+  int port() const;
+  const rendezvous::Secret& secret() const;
+  const std::string& run_id() const;
+  const std::string& run_dir() const;
+
+  // The arguments after the sgpu binary that start node `node_rank`'s agent,
+  // reaching the launcher at `launcher_host` (an address or name the node can
+  // reach): agent --rdzv HOST:PORT --node-rank K [--node-name NAME] --join-timeout D.
+  std::vector<std::string> agent_args(const std::string& launcher_host, int node_rank) const;
+  // What to add to the agent's environment: the secret (SGPU_RDZV_SECRET).
+  // Never put it on a command line.
+  env::Environment agent_environment() const;
+
+  // A backend could not start node `node_rank` or lost it (ssh exited, srun
+  // failed): before the start the rendezvous ends with this message; during
+  // the run the node counts as lost. Ignored once the node has reported.
+  void node_failed(int node_rank, const std::string& why);
+
+  // Called once, when every node has joined and the ranks start: the whole
+  // job's plan (every node's ranks with their host, the run directory, the
+  // rendezvous's MASTER_ADDR/PORT). It returns the observer that sees every
+  // rank; an sgpu::Error it throws ends the run on every node.
+  using ObserverFactory = std::function<JobObserver&(boost::asio::io_context&, const LaunchPlan&)>;
+  JobOutcome run(const ObserverFactory& make_observer);
+
+  // The job-wide plan the factory gets, from the nodes' placement. Pure.
+  static LaunchPlan job_plan(const JobSpec& spec, const std::string& run_id, const std::string& run_dir,
+                             const std::string& cwd, const std::vector<NodePlacement>& nodes,
+                             const std::string& master_addr, int master_port);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One line for the end of a run (agents print it; logs keep it).
+std::string describe_end(const env::JobEnd& end, int exit_code);
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,23 @@
+#pragma once
+// The job as the launcher sends it to `sgpu agent` processes (the Welcome
+// message's opaque "job" field): the JobSpec and the launcher's working
+// directory, as JSON. A field an older agent does not know is ignored; a
+// missing one keeps its default.
+#include <string>
+#include <string_view>
+
+#include "sgpu/launcher/spec/spec.hpp"
+
+namespace sgpu::launcher {
+
+struct JobDescription {
+  JobSpec spec;
+  std::string cwd;  // where ranks start on every node
+};
+
+std::string encode_job(const JobDescription& job);
+
+// Throws sgpu::Error when the text is not a job description.
+JobDescription decode_job(std::string_view text);
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,35 @@
+#pragma once
+// One observer that hands every event to several, in the order added: the
+// run log first (so bytes are on disk before anything else may fail), then
+// the console and the status line.
+#include <vector>
+
+#include "sgpu/launcher/job/events.hpp"
+
+namespace sgpu::launcher {
+
+class FanOut : public JobObserver {
+ public:
+  void add(JobObserver& observer) { observers_.push_back(&observer); }
+
+  void on_rank_started(int rank, int pid) override {
+    for (auto* o : observers_) o->on_rank_started(rank, pid);
+  }
+  void on_rank_output(int rank, Stream stream, std::string_view bytes) override {
+    for (auto* o : observers_) o->on_rank_output(rank, stream, bytes);
+  }
+  void on_rank_output_closed(int rank, Stream stream) override {
+    for (auto* o : observers_) o->on_rank_output_closed(rank, stream);
+  }
+  void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override {
+    for (auto* o : observers_) o->on_rank_exited(rank, status, terminated_by_sgpu);
+  }
+  void on_teardown(const env::JobEnd& cause) override {
+    for (auto* o : observers_) o->on_teardown(cause);
+  }
+
+ private:
+  std::vector<JobObserver*> observers_;
+};
+
+}  // namespace sgpu::launcher

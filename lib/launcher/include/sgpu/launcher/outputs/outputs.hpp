@@ -1,0 +1,44 @@
+#pragma once
+// Everything a run shows and keeps, composed from observers: the run
+// directory's logs and event stream, the console and the status line while
+// the job runs; at the end the report on stderr, summary.json, the results,
+// sgpu's own error file and, with `-o json`, the summary on stdout.
+// `sgpu launch` makes one, hands observer() to the Supervisor and calls
+// finish() with the outcome.
+#include <memory>
+
+#include <boost/asio/io_context.hpp>
+
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
+
+namespace sgpu::launcher {
+
+// Throws sgpu::Error for console options that do not fit the job (--ranks
+// beyond the world size, --raw with several ranks, an unknown -o format).
+void check_output_options(const JobSpec& spec, int world_size);
+
+class JobOutputs {
+ public:
+  // Writes spec.json, opens the logs and events.jsonl (the run directory
+  // exists); `sgpu_env` is sgpu's own environment (NO_COLOR, TERM,
+  // TORCHELASTIC_ERROR_FILE). Throws sgpu::Error when a file cannot be created.
+  JobOutputs(boost::asio::io_context& io, const JobSpec& spec, const LaunchPlan& plan,
+             const env::Environment& sgpu_env);
+  ~JobOutputs();
+  JobOutputs(const JobOutputs&) = delete;
+  JobOutputs& operator=(const JobOutputs&) = delete;
+
+  JobObserver& observer();
+  // Reports the outcome everywhere it goes; returns sgpu's exit code.
+  int finish(const JobOutcome& outcome);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,73 @@
+#pragma once
+// What a finished run tells its user: the facts gathered after the last rank
+// exited (RunReport), and the text printed on stderr from them: a headline,
+// a table of ranks and the root cause. Pure: the files are read elsewhere.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/exit_code.hpp"
+#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/outputs/error_file.hpp"
+
+namespace sgpu::launcher {
+
+struct RankReport {
+  int rank = 0;
+  std::string host;
+  int pid = -1;                           // -1: never started
+  std::optional<env::ExitStatus> status;  // nullopt: never started
+  bool terminated_by_sgpu = false;
+  Clock::time_point started{};
+  Clock::time_point ended{};
+  nlohmann::ordered_json result;  // what it wrote to $SGPU_RESULT_FILE; null when nothing
+};
+
+// Why the job ended, with the evidence: for a failed rank its traceback (from
+// its error file) or the last lines of its stderr.
+struct RootCause {
+  env::JobEnd::Kind kind = env::JobEnd::Kind::Completed;
+  int rank = -1;        // the failed rank, or the one that could not start
+  std::string message;  // one line: "RuntimeError: boom", "exit 7", "the job ran past --timeout 1s"
+  std::string details;  // the traceback, or the last lines of the rank's stderr
+  std::string source;   // where details come from: "error_file", "stderr", "sgpu"
+  std::string source_path;
+  std::optional<ErrorFileRecord> record;  // the rank's error file, when it wrote one
+};
+
+struct RunReport {
+  std::string run_id;
+  std::string run_dir;
+  env::JobEnd end;
+  int exit_code = 0;
+  Clock::time_point started{};
+  Clock::time_point ended{};
+  std::optional<env::Seconds> timeout;
+  std::vector<RankReport> ranks;  // every rank of the job, in rank order
+  std::optional<RootCause> root_cause;
+  std::vector<std::string> warnings;  // e.g. a log file that could not be written in full
+};
+
+// "ok", "failed", "terminated_by_sgpu", "not_started", "lost" (started on a
+// node that was lost: how it ended is unknown) (the JSON spelling).
+std::string rank_verdict_name(const RankReport& r);
+// "0", "7", "SIGKILL", "-" (never started).
+std::string exit_text(const std::optional<env::ExitStatus>& status);
+double duration_seconds(Clock::time_point from, Clock::time_point to);
+
+// The one sentence that says how the run ended (no trailing newline).
+std::string headline(const RunReport& report);
+// Aligned table of ranks; above `max_rows` ranks, the ranks that did not
+// succeed come first and the rest are counted in one last line.
+std::string format_rank_table(const RunReport& report, std::size_t max_rows = 32);
+// Everything printed on stderr at the end.
+std::string format_report(const RunReport& report);
+
+// The root cause's one-line message for a rank that failed (pure).
+std::string failure_message(int rank, const std::string& host, int pid, const env::ExitStatus& status);
+
+}  // namespace sgpu::launcher

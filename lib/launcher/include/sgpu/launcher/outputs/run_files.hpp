@@ -1,0 +1,65 @@
+#pragma once
+// The files of a run directory beyond its layout (run_dir.hpp): where each
+// rank's logs live, an append-only file descriptor, whole-file writes that a
+// reader never sees half done, and bounded reads.
+//   <run-dir>/spec.json  events.jsonl  summary.json
+//   <run-dir>/ranks/<rank>/{stdout,stderr,error.json,result}
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "sgpu/launcher/job/events.hpp"
+
+namespace sgpu::launcher {
+
+std::string rank_dir(const std::string& run_dir, int rank);
+std::string rank_log_path(const std::string& run_dir, int rank, Stream stream);
+
+// "2026-12-02T11:53:01.042Z" (UTC, milliseconds).
+std::string iso_time(Clock::time_point t);
+
+// A file opened for appending, closed on destruction. Each append is one
+// write(2) per call (looping only on short writes), straight to the kernel:
+// nothing sits in a user-space buffer if sgpu is killed.
+class AppendFile {
+ public:
+  AppendFile() = default;
+  // Creates (or truncates, unless `keep`) the file; throws sgpu::Error naming it.
+  explicit AppendFile(const std::string& path, bool keep = false);
+  // Created (with its directory) on the first append or create(), never
+  // before: a launcher of thousands of remote ranks must not stall its event
+  // loop creating files for them all at once. Failures go to error().
+  static AppendFile deferred(const std::string& path);
+  // Creates a deferred file that nothing was appended to (an empty log).
+  void create();
+  ~AppendFile();
+  AppendFile(AppendFile&& other) noexcept;
+  AppendFile& operator=(AppendFile&& other) noexcept;
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+
+  // False (with errno's text in error()) when the bytes could not all be
+  // written, e.g. a full disk; later appends are then skipped.
+  bool append(std::string_view bytes);
+  const std::string& error() const { return error_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  bool open_deferred();
+
+  int fd_ = -1;
+  bool deferred_ = false;
+  std::string path_;
+  std::string error_;
+};
+
+// Writes `content` to a temporary file next to `path` and renames it over
+// `path`. Throws sgpu::Error naming the path.
+void write_file_atomic(const std::string& path, std::string_view content);
+
+// The file's contents, at most `max_bytes` from its end when `tail`, else its
+// first `max_bytes`; nullopt when it does not exist or cannot be read.
+std::optional<std::string> read_file(const std::string& path, std::size_t max_bytes, bool tail = false);
+
+}  // namespace sgpu::launcher

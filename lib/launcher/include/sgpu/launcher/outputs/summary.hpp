@@ -1,0 +1,30 @@
+#pragma once
+// The machine-readable side of a run: the resolved spec (spec.json) and the
+// summary document, which is both summary.json and what `-o json` prints.
+// Pure: builds JSON, writes nothing. The schema is in README "Summary".
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sgpu/launcher/outputs/report.hpp"
+#include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
+
+namespace sgpu::launcher {
+
+inline constexpr int kSummaryVersion = 1;
+
+// A rank's $SGPU_RESULT_FILE: its JSON when it is valid JSON, else the text
+// (less one trailing newline), null when the rank wrote none.
+nlohmann::ordered_json parse_result(const std::optional<std::string>& content);
+
+// The job as it was run: entrypoint, argv, ranks, GPUs, port, limits, console options.
+nlohmann::ordered_json spec_json(const JobSpec& spec, const LaunchPlan& plan);
+
+nlohmann::ordered_json summary_json(const RunReport& report, const nlohmann::ordered_json& spec);
+
+// JSON text that survives any bytes a rank wrote (invalid UTF-8 replaced).
+std::string dump_json(const nlohmann::ordered_json& doc, int indent = 2);
+
+}  // namespace sgpu::launcher

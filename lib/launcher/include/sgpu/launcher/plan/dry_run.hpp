@@ -1,0 +1,48 @@
+#pragma once
+// `sgpu launch --dry-run`: the resolved plan of every node, shown without
+// starting anything, reserving a port or creating the run directory. Values
+// only known at launch are shown as placeholders (<run-id>, <free port>).
+// Secrets in the environment are masked (env/secrets.hpp). Pure.
+#include <string>
+#include <vector>
+
+#include "sgpu/env/gpu.hpp"
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/spec/spec_load.hpp"
+
+namespace sgpu::launcher {
+
+struct NodePlan {
+  int node_rank = 0;
+  std::string host;           // "this node", a host name, "SLURM node 1"
+  bool gpus_checked = false;  // against this node's inventory; remote nodes are checked at launch
+  LaunchPlan plan;
+};
+
+struct DryRun {
+  std::string config;  // the --config file, "" when none
+  std::string backend;
+  std::string gpu_bind;  // "node", "per-rank"
+  std::vector<NodePlan> nodes;
+  bool master_port_fixed = false;
+  std::vector<Setting> settings;
+  std::vector<std::string> notes;
+};
+
+struct DryRunInputs {
+  std::vector<env::Gpu> inventory;  // this node's
+  env::Environment inherited;
+  std::string cwd;
+  std::string executable;
+  std::string runs_root;
+  std::string config;
+};
+
+// Throws sgpu::Error for what would stop the launch (no GPUs, a type mismatch...).
+DryRun make_dry_run(const ResolvedSpec& resolved, const DryRunInputs& in);
+
+std::string dry_run_text(const DryRun& dry);
+std::string dry_run_json(const DryRun& dry);
+
+}  // namespace sgpu::launcher

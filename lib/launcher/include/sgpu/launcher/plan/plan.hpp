@@ -1,0 +1,73 @@
+#pragma once
+// Turns a JobSpec into the exact ranks to start on this node: who gets which
+// GPU, each rank's full environment, the command and the limits. make_plan is
+// pure; resolve_program does the file-system look-ups it needs.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/gpu.hpp"
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
+
+namespace sgpu::launcher {
+
+struct RankPlan {
+  env::RankPlacement place;
+  std::string host;       // the node it runs on, in a multi-node run; "" on one node
+  std::vector<int> gpus;  // GPU indices this rank is meant to use
+  env::RankFiles files;
+  env::Environment env;
+};
+
+struct LaunchPlan {
+  std::string run_id;
+  std::string run_dir;
+  std::string executable;  // absolute path of argv[0]
+  std::vector<std::string> argv;
+  std::string cwd;
+  std::vector<RankPlan> ranks;
+  std::vector<env::Gpu> gpus;  // the job's GPUs, empty for CPU ranks
+  std::string gpu_type;
+  std::string master_addr;
+  int master_port = 0;
+  std::optional<env::Seconds> timeout;
+  env::Seconds grace{30};
+  bool omp_defaulted = false;
+};
+
+// What make_plan needs from the outside world, gathered by the caller.
+struct PlanInputs {
+  std::vector<env::Gpu> inventory;
+  env::Environment inherited;
+  std::string run_id;
+  std::string run_dir;
+  std::string executable;
+  std::string cwd;
+  int master_port = 0;
+  int node_rank = 0;        // which of spec.nodes this plan is for
+  int nnodes = 0;           // the job's node count once a rendezvous has placed it; 0: spec.nodes
+  std::string master_addr;  // "" means spec.rendezvous.master_addr, else 127.0.0.1
+  // Once a rendezvous has placed the node: its first global rank and the
+  // job's world size (nodes may differ). Unset: spec.nodes equal nodes.
+  std::optional<int> rank_base;
+  std::optional<int> world_size;
+};
+
+// Throws sgpu::Error for contradictory or impossible requests.
+LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& inputs);
+
+// The interpreter or executable a rank runs, as an absolute path. Throws
+// sgpu::Error with exit code 127 (not found) or 126 (not executable).
+std::string resolve_program(const JobSpec& spec, const env::Environment& environment, const std::string& cwd);
+
+// Number of ranks on one node (--gpus-per-node, --gpus over the nodes,
+// --nproc, else one per visible GPU or one CPU rank). Pure.
+int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory);
+
+// torchrun's --nproc-per-node gpu|auto|cpu: turns spec.nproc_mode into GPU
+// ranks (one per visible GPU, on each node) or `cpus` CPU ranks.
+void resolve_nproc_mode(JobSpec& spec, const std::vector<env::Gpu>& inventory, int cpus);
+
+}  // namespace sgpu::launcher

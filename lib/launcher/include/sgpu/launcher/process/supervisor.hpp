@@ -1,0 +1,75 @@
+#pragma once
+// Runs one node's ranks to the end on one Asio event loop: exits (pidfd),
+// output pipes, signals, the job timeout and the teardown grace timer. The
+// first failure, the timeout or a signal tears every rank down: SIGTERM (or
+// the signal received) to each rank's process group, SIGKILL after the grace.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/exit_code.hpp"
+#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/process/rank_process.hpp"
+
+namespace sgpu::launcher {
+
+struct SupervisorOptions {
+  std::optional<env::Seconds> timeout;  // nullopt: no limit
+  env::Seconds grace{30};
+  // Off when something else on the loop owns SIGINT/SIGTERM/SIGHUP (the
+  // multi-node launcher) and drives stop()/forward() itself.
+  bool handle_signals = true;
+};
+
+struct RankRecord {
+  int rank = 0;
+  int pid = -1;
+  std::optional<env::ExitStatus> status;
+  bool terminated_by_sgpu = false;
+  Clock::time_point started{};
+  Clock::time_point ended{};
+};
+
+struct JobOutcome {
+  env::JobEnd end;
+  int exit_code = 0;
+  std::vector<RankRecord> ranks;
+  Clock::time_point started{};
+  Clock::time_point ended{};
+  std::string spawn_error;  // for JobEnd::Kind::SpawnFailed: what could not be started
+};
+
+class Supervisor {
+ public:
+  Supervisor(boost::asio::io_context& io, JobObserver& observer, SupervisorOptions options);
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Starts every rank and runs the event loop until all have exited and all
+  // their output is read.
+  JobOutcome run(const std::vector<RankLaunch>& launches);
+
+  // The same without running the loop: for callers that share it (the node
+  // agent). `on_finished` is posted to the loop once every rank has exited
+  // and all output is read.
+  void start(const std::vector<RankLaunch>& launches, std::function<void(const JobOutcome&)> on_finished);
+  // Tears the job down for `cause`: `sig` to every rank now, SIGKILL after
+  // the grace. Only the first cause counts.
+  void stop(const env::JobEnd& cause, int sig);
+  // Passes `sig` to every running rank as it is (SIGUSR1 for a checkpoint).
+  void forward(int sig);
+  // SIGKILL to every rank now.
+  void kill();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,363 @@
+#include "backends/slurm/slurm_launch.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <utility>
+
+#include <fmt/format.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "backends/slurm/hostlist.hpp"
+#include "backends/slurm/slurm_allocation.hpp"
+#include "backends/slurm/slurm_step.hpp"
+#include "sgpu/env/command.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/env/exit_code.hpp"
+#include "sgpu/launcher/job/cluster_job.hpp"
+#include "sgpu/rendezvous/endpoint.hpp"
+#include "sgpu/rendezvous/host_info.hpp"
+
+namespace sgpu::launcher {
+namespace asio = boost::asio;
+
+namespace {
+
+// How often the pending job's state line is refreshed: a display, not a wait
+// (salloc says when the job starts).
+constexpr auto kStateEvery = std::chrono::seconds(2);
+// After the run is over, how long srun may take to end by itself before it is
+// told to (SIGTERM), and then made to (SIGKILL).
+constexpr auto kStepEndWait = std::chrono::seconds(5);
+// How long sgpu waits for salloc to hand the allocation back.
+constexpr auto kReleaseWait = std::chrono::seconds(30);
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : std::string(sep)) + p;
+  return out;
+}
+
+struct SlurmRun {
+  asio::io_context& io;
+  const SlurmLaunch& in;
+  SlurmPlan plan;
+  std::function<void(const std::string&)> notice;
+
+  std::string job_id;
+  std::vector<std::string> nodes;  // by node rank
+  std::optional<int> cpus_per_task;
+  std::unique_ptr<SallocHold> hold;
+  std::optional<SallocEnd> salloc_end;
+  asio::steady_timer timer;
+  std::string last_state;
+  bool nodes_known = false;
+  std::optional<Error> wait_error;
+
+  ClusterJob* job = nullptr;
+  std::unique_ptr<AgentStepProcess> step;
+  std::ofstream log;
+  std::vector<std::string> step_errors;
+  std::string slurm_said;
+  bool time_limit = false;
+  bool aborted = false;  // srun said SLURM aborted the step
+  bool run_over = false;
+
+  SlurmRun(asio::io_context& io_, const SlurmLaunch& launch, SlurmPlan p)
+      : io(io_), in(launch), plan(std::move(p)), notice(launch.notice), timer(io_) {
+    if (!notice) notice = [](const std::string& text) { fmt::print(stderr, "sgpu: {}\n", text); };
+  }
+
+  // --- a new allocation ---
+
+  void request_allocation() {
+    SallocHold::Events ev;
+    ev.pending = [this](const std::string& id) {
+      job_id = id;
+      notice(fmt::format("SLURM job {} is pending", id));
+      show_state();
+    };
+    ev.granted = [this](const std::string& id) {
+      job_id = id;
+      timer.cancel();
+      learn_nodes();
+    };
+    ev.ended = [this](const SallocEnd& e) { on_salloc_end(e); };
+    ev.line = [this](const std::string& line) { write_log(line); };
+    hold = std::make_unique<SallocHold>(io, env::salloc_argv(plan.request), in.inherited, in.cwd, std::move(ev));
+  }
+
+  void show_state() {
+    timer.expires_after(kStateEvery);
+    timer.async_wait([this](boost::system::error_code ec) {
+      if (ec || hold->granted() || hold->ended()) return;
+      run_slurm_command(io, {"squeue", "-h", "-t", "all", "-j", job_id, "-o", std::string(env::kSqueueFormat)},
+                        in.inherited, [this](const std::string& out, int) {
+                          if (hold->granted() || hold->ended()) return;
+                          if (auto s = env::parse_squeue_line(out)) {
+                            auto text = fmt::format("{} ({})", s->state, s->reason);
+                            if (text != last_state) notice(fmt::format("SLURM job {}: {}", job_id, text));
+                            last_state = text;
+                          }
+                          show_state();
+                        });
+    });
+  }
+
+  void learn_nodes() {
+    run_slurm_command(io, {"squeue", "-h", "-j", job_id, "-o", "%N"}, in.inherited,
+                      [this](const std::string& out, int status) {
+                        auto list = out.substr(0, out.find('\n'));
+                        if (status != 0 || list.empty()) {
+                          wait_error = Error(fmt::format("SLURM job {} started, but squeue did not say on which "
+                                                         "nodes",
+                                                         job_id),
+                                             1);
+                          return;
+                        }
+                        nodes = env::expand_hostlist(list, "squeue's node list");
+                        nodes_known = true;
+                        notice(fmt::format("SLURM job {} is running on {}", job_id, list));
+                      });
+  }
+
+  void on_salloc_end(const SallocEnd& e) {
+    salloc_end = e;
+    timer.cancel();
+    using K = SallocEnd::Kind;
+    auto errors = e.errors.empty() ? e.last_line : join(e.errors, "; ");
+    if (!hold->granted() || !nodes_known) {
+      if (!wait_error)
+        wait_error = Error(e.kind == K::Cancelled ? fmt::format("SLURM job {} was cancelled before it started", job_id)
+                                                  : fmt::format("SLURM did not grant the allocation: {}", errors),
+                           1);
+      return;
+    }
+    if (e.kind == K::TimeLimit) {
+      time_limit = true;
+      say(fmt::format("SLURM's time limit ended job {}", job_id));
+    } else if (e.kind != K::Released) {
+      say(fmt::format("SLURM job {} was cancelled (scancel or its allocation revoked)", job_id));
+    }
+  }
+
+  // Runs the loop until the allocation is ready, refused or given up.
+  void wait_for_allocation() {
+    asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+    std::optional<int> interrupted;
+    signals.async_wait([&](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      interrupted = sig;
+      hold->cancel();  // salloc withdraws the request; its end ends the wait
+    });
+    while (!nodes_known && !wait_error && !salloc_end) io.run_one();
+    signals.cancel();
+    if (interrupted) {
+      while (!salloc_end) io.run_one();
+      throw Error(fmt::format("interrupted by {} while waiting for SLURM job {}; the request was withdrawn",
+                              env::signal_name(*interrupted), job_id.empty() ? "(not yet submitted)" : job_id),
+                  128 + *interrupted);
+    }
+    if (wait_error) {
+      release(1);
+      throw *wait_error;
+    }
+    cpus_per_task = plan.request.cpus_per_node;
+  }
+
+  void release(int exit_code) {
+    if (!hold) return;
+    hold->release(exit_code);
+    timer.expires_after(kReleaseWait);
+    bool late = false;
+    timer.async_wait([&](boost::system::error_code ec) { late = !ec; });
+    while (!hold->ended() && !late) io.run_one();
+    timer.cancel();
+    if (late) notice(fmt::format("salloc has not released SLURM job {} yet; scancel {} if it stays", job_id, job_id));
+    io.restart();
+  }
+
+  // --- the step ---
+
+  int node_rank(const std::string& name) const {
+    auto it = std::find(nodes.begin(), nodes.end(), name);
+    return it == nodes.end() ? -1 : static_cast<int>(it - nodes.begin());
+  }
+
+  void say(const std::string& text) {
+    if (slurm_said.empty()) slurm_said = text;
+    notice(text);
+  }
+
+  // <run dir>/slurm.log: every line salloc and srun wrote. salloc's come
+  // before the run directory exists: they wait here until it does.
+  std::vector<std::string> early_lines;
+  void write_log(const std::string& line) {
+    if (!log.is_open()) {
+      early_lines.push_back(line);
+      return;
+    }
+    log << line << '\n' << std::flush;
+  }
+
+  void start_step(ClusterJob& cluster) {
+    job = &cluster;
+    std::error_code ec;
+    std::filesystem::create_directories(cluster.run_dir(), ec);  // create_run_dir fills it in once nodes are placed
+    log.open(cluster.run_dir() + "/slurm.log", std::ios::app);
+    for (const auto& line : std::exchange(early_lines, {})) write_log(line);
+    std::vector<std::string> agent = {in.self_exe,
+                                      "agent",
+                                      "--rdzv",
+                                      rendezvous::Endpoint{rendezvous::local_hostname(), cluster.port()}.str(),
+                                      "--slurm-step",
+                                      "--join-timeout",
+                                      env::format_duration(in.join_timeout)};
+    env::AgentStep s{job_id, nodes, cpus_per_task, {}};
+    auto argv = env::agent_srun_argv(s, agent);
+    auto environment = env::agent_srun_environment(in.inherited);
+    for (const auto& [k, v] : cluster.agent_environment()) environment[k] = v;
+    write_log("sgpu: " + env::shell_join(argv));
+    AgentStepProcess::Events ev;
+    ev.line = [this](const env::SrunLine& parsed, const std::string& line) { on_step_line(parsed, line); };
+    ev.exited = [this](int status) { on_step_exit(status); };
+    step = std::make_unique<AgentStepProcess>(io, argv, environment, in.cwd, std::move(ev));
+  }
+
+  void on_step_line(const env::SrunLine& l, const std::string& line) {
+    write_log(line);
+    using K = env::SrunLine::Kind;
+    switch (l.kind) {
+      case K::NodeFailure:
+        say(fmt::format("SLURM reports a node failure on {}", l.node));
+        if (node_rank(l.node) >= 0) job->node_failed(node_rank(l.node), "SLURM reports a node failure");
+        break;
+      case K::Cancelled:
+        if (l.detail == "TIME LIMIT") {
+          time_limit = true;
+          say(fmt::format("SLURM's time limit ended job {}", job_id));
+        } else if (l.detail.empty()) {
+          say(fmt::format("SLURM job {} was cancelled (scancel)", job_id));
+        } else if (l.detail != "NODE FAILURE") {
+          say(fmt::format("SLURM cancelled job {}: {}", job_id, l.detail));
+        }
+        break;
+      case K::Aborted:
+        aborted = true;
+        break;
+      case K::TaskEnded:
+        if (node_rank(l.node) >= 0) job->node_failed(node_rank(l.node), fmt::format("its agent ended: {}", l.detail));
+        break;
+      case K::Error:
+        step_errors.push_back(l.detail);
+        if (!run_over) notice(fmt::format("srun: {}", l.detail));
+        break;
+      case K::Other:
+        // An agent that could not take part says why before it exits.
+        if (line.rfind("sgpu: error:", 0) == 0) notice(fmt::format("srun: {}", line));
+        break;
+    }
+  }
+
+  void on_step_exit(int status) {
+    timer.cancel();
+    if (run_over) return;
+    // Every node that has not reported never will.
+    auto why = step_errors.empty() ? fmt::format("srun ended ({}) before its agent reported",
+                                                 env::ExitStatus::from_wait_status(status).describe())
+                                   : fmt::format("srun: {}", join(step_errors, "; "));
+    for (std::size_t k = 0; k < nodes.size(); ++k) job->node_failed(static_cast<int>(k), why);
+  }
+
+  // srun said SLURM aborted the step but not why (slurmstepd's banner can be
+  // lost as the step ends): SLURM's own record says, once.
+  void ask_why_aborted() {
+    if (!aborted || !slurm_said.empty()) return;
+    bool done = false;
+    run_slurm_command(io, {"squeue", "-h", "-t", "all", "-j", job_id, "-o", std::string(env::kSqueueFormat)},
+                      in.inherited, [&](const std::string& out, int) {
+                        done = true;
+                        auto s = env::parse_squeue_line(out);
+                        if (!s) return;
+                        if (s->state == "TIMEOUT" || s->reason == "TimeLimit") {
+                          time_limit = true;
+                          say(fmt::format("SLURM's time limit ended job {}", job_id));
+                        } else if (s->state == "NODE_FAIL" || s->reason == "NodeDown") {
+                          say(fmt::format("SLURM ended job {}: a node failed", job_id));
+                        } else if (s->state == "PREEMPTED") {
+                          say(fmt::format("SLURM preempted job {}", job_id));
+                        } else {
+                          say(fmt::format("SLURM job {} was cancelled (scancel)", job_id));
+                        }
+                      });
+    while (!done) io.run_one();
+    io.restart();
+  }
+
+  // The run is over: srun normally ends as its agents do; one waiting on a
+  // node SLURM has not yet declared dead is stopped.
+  void on_run_over() {
+    run_over = true;
+    if (!step || !step->running()) return;
+    timer.expires_after(kStepEndWait);
+    timer.async_wait([this](boost::system::error_code ec) {
+      if (ec || !step->running()) return;
+      step->signal(SIGTERM);
+      timer.expires_after(kStepEndWait);
+      timer.async_wait([this](boost::system::error_code ec2) {
+        if (!ec2) step->signal(SIGKILL);
+      });
+    });
+  }
+};
+
+}  // namespace
+
+SlurmResult run_slurm_job(const SlurmLaunch& in, const ClusterJob::ObserverFactory& make_observer) {
+  auto allocation = env::slurm_allocation(in.inherited);
+  auto plan = plan_slurm_job(in.spec, allocation);
+  asio::io_context io(1);
+  SlurmRun run(io, in, plan);
+  for (const auto& note : plan.notes) run.notice(fmt::format("note: {}", note));
+  if (allocation) {
+    run.job_id = allocation->job_id;
+    run.nodes = plan.nodes;
+    if (!allocation->cpus_per_node.empty())
+      run.cpus_per_task =
+          *std::min_element(allocation->cpus_per_node.begin(), allocation->cpus_per_node.begin() + plan.nnodes);
+  } else {
+    run.request_allocation();
+    run.wait_for_allocation();
+    io.restart();
+  }
+
+  ClusterOptions copts;
+  copts.nnodes = plan.nnodes;
+  copts.node_names = run.nodes;
+  copts.join_timeout = in.join_timeout;
+  copts.heartbeat_timeout = in.heartbeat_timeout;
+  copts.master_addr = in.spec.rendezvous.master_addr;
+  copts.notice = run.notice;
+  copts.on_end = [&run] { run.on_run_over(); };
+  SlurmResult result;
+  result.job_id = run.job_id;
+  try {
+    ClusterJob job(io, plan.node_spec, copts, in.inherited, in.cwd);
+    run.start_step(job);
+    result.outcome = job.run(make_observer);  // returns when the run is over and srun has ended
+  } catch (const Error& e) {
+    run.release(e.exit_code());
+    throw;
+  }
+  run.ask_why_aborted();
+  run.release(run.time_limit ? kExitTimeout : result.outcome.exit_code);
+  if (run.time_limit) result.outcome.exit_code = kExitTimeout;  // SLURM stopped it, as --timeout would have
+  result.slurm_said = run.slurm_said;
+  return result;
+}
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,57 @@
+#pragma once
+// `sgpu launch --backend slurm`. Inside an allocation (salloc's shell, an
+// sbatch script) the job runs on the allocation's nodes; outside one, sgpu
+// asks SLURM for one (SallocHold), says while it is pending and why, and
+// releases it at the end however the run ends. Either way one srun step
+// starts `sgpu agent --slurm-step` on every node (node 0 = the allocation's
+// first node, GPUs as SLURM gave them) and the run goes through the
+// rendezvous (ClusterJob) as any multi-node run does: same output, same
+// teardown, the root cause's exit code. What SLURM did (scancel, its time
+// limit, a node failure) is said too, and SLURM's time limit exits 124.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/slurm/slurm_job.hpp"
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/job/cluster_job.hpp"
+#include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
+
+namespace sgpu::launcher {
+
+struct SlurmLaunch {
+  JobSpec spec;  // spec.slurm, spec.nodes, the rendezvous's timeouts
+  env::Environment inherited;
+  std::string cwd;
+  std::string self_exe;  // the agents run this binary (a path every node sees)
+  env::Seconds join_timeout{600};
+  env::Seconds heartbeat_timeout{10};
+  std::function<void(const std::string&)> notice;  // "sgpu: ..." lines; default: stderr
+};
+
+struct SlurmResult {
+  JobOutcome outcome;
+  std::string job_id;
+  std::string slurm_said;  // "" or what SLURM did: "SLURM's time limit ended job 42", ...
+};
+
+// Where the job runs and what each node runs: pure, for the checks and tests.
+struct SlurmPlan {
+  int nnodes = 1;
+  std::vector<std::string> nodes;  // inside an allocation: the nodes used, node 0 first
+  JobSpec node_spec;               // what every agent runs
+  env::SlurmRequest request;       // a new allocation's (outside one)
+  std::vector<std::string> notes;  // settings that had no effect, said once
+};
+// `allocation`: the one sgpu runs in, if any. Throws sgpu::Error naming the
+// flag (or spec key) at fault.
+SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllocation>& allocation);
+
+// Runs the job to its end; `make_observer` as for ClusterJob::run. Throws
+// sgpu::Error when no run could start (allocation refused, rendezvous failed),
+// after releasing what it asked SLURM for.
+SlurmResult run_slurm_job(const SlurmLaunch& launch, const ClusterJob::ObserverFactory& make_observer);
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,94 @@
+// plan_slurm_job: which nodes, how many, and the allocation to ask for. Pure.
+#include <fmt/format.h>
+
+#include "backends/slurm/hostlist.hpp"
+#include "backends/slurm/slurm_launch.hpp"
+#include "sgpu/env/error.hpp"
+
+namespace sgpu::launcher {
+namespace {
+
+// --pool maps to the partition and QoS the spec names for it; an explicit
+// --partition/--qos that says otherwise is a contradiction, not a silent win.
+void apply_pool(const JobSpec& spec, env::SlurmRequest& r) {
+  const auto& s = spec.slurm;
+  if (s.pool.empty()) return;
+  auto pool_where = where_set(spec, "slurm.pool", "--pool " + s.pool);
+  bool reserved = s.pool == "reserved";
+  const auto& partition = reserved ? s.reserved_partition : s.on_demand_partition;
+  const auto& qos = reserved ? s.reserved_qos : s.on_demand_qos;
+  std::string key = reserved ? "slurm.pools.reserved" : "slurm.pools.on_demand";
+  if (partition.empty() && qos.empty())
+    throw Error(
+        fmt::format("{}: the job spec names no partition or QoS for this pool; set {}.partition or {}.qos (the "
+                    "cluster's {} partition or QoS) in the --config file",
+                    pool_where, key, key, s.pool));
+  auto take = [&](std::string& field, const std::string& value, const char* what) {
+    if (value.empty()) return;
+    if (!field.empty() && field != value)
+      throw Error(fmt::format("{} means {} {} ({}.{}), but {} asks for another; drop one of them", pool_where, what,
+                              value, key, what,
+                              where_set(spec, fmt::format("slurm.{}", what), fmt::format("--{} {}", what, field))));
+    field = value;
+  };
+  take(r.partition, partition, "partition");
+  take(r.qos, qos, "qos");
+}
+
+}  // namespace
+
+SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllocation>& allocation) {
+  SlurmPlan plan;
+  bool nodes_given = spec.origins.count("resources.nodes") > 0;
+  auto nodes_where = where_set(spec, "resources.nodes", fmt::format("--nodes {}", spec.nodes));
+  if (allocation) {
+    auto have = static_cast<int>(allocation->nodes.size());
+    plan.nnodes = nodes_given ? spec.nodes : have;
+    if (plan.nnodes > have)
+      throw Error(fmt::format("{}: SLURM job {} has {} node{} ({}); ask for more with salloc/sbatch -N", nodes_where,
+                              allocation->job_id, have, have == 1 ? "" : "s",
+                              env::compress_hostlist(allocation->nodes)));
+    plan.nodes.assign(allocation->nodes.begin(), allocation->nodes.begin() + plan.nnodes);
+  } else {
+    plan.nnodes = spec.nodes;
+  }
+  if (spec.gpus && *spec.gpus % plan.nnodes != 0)
+    throw Error(fmt::format("{} does not split evenly over {} nodes; give --gpus-per-node N",
+                            where_set(spec, "resources.gpus", fmt::format("--gpus {}", *spec.gpus)), plan.nnodes));
+  std::optional<int> gpus_per_node = spec.gpus_per_node;
+  if (spec.gpus) gpus_per_node = *spec.gpus / plan.nnodes;
+
+  plan.node_spec = spec;
+  plan.node_spec.nodes = plan.nnodes;  // every agent plans its own node's share of the job
+
+  if (!allocation) {
+    auto& r = plan.request;
+    const auto& s = spec.slurm;
+    r.nodes = plan.nnodes;
+    r.gpus_per_node = gpus_per_node;
+    if (spec.nproc) r.cpus_per_node = *spec.nproc;  // a CPU per rank
+    r.partition = s.partition;
+    r.account = s.account;
+    r.qos = s.qos;
+    r.constraint = s.constraint;
+    r.reservation = s.reservation;
+    apply_pool(spec, r);
+    // sgpu's own limit holds for the ranks; SLURM's covers the start-up and
+    // the teardown's grace too, so SLURM never cuts sgpu's short.
+    auto timeout = env::parse_duration(spec.timeout, "--timeout");
+    auto grace = env::parse_duration(spec.grace, "--grace");
+    if (timeout) r.time_limit = *timeout + grace.value_or(env::Seconds(0)) + env::Seconds(60);
+    auto name = spec.entrypoint.target.substr(spec.entrypoint.target.find_last_of('/') + 1);
+    r.job_name = "sgpu:" + (name.empty() ? std::string("job") : name);
+    r.extra_args = s.extra_args;
+  } else if (!spec.slurm.pool.empty() || !spec.slurm.partition.empty() || !spec.slurm.qos.empty()) {
+    // SGPU_POOL may be set for every job; inside an allocation it has no say.
+    plan.notes.push_back(
+        fmt::format("running inside SLURM job {}: the pool, partition and QoS settings are for new allocations and "
+                    "are not used",
+                    allocation->job_id));
+  }
+  return plan;
+}
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,289 @@
+#include "backends/ssh/ssh_backend.hpp"
+
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "backends/ssh/remote_env.hpp"
+#include "backends/ssh/ssh_command.hpp"
+#include "backends/ssh/ssh_nodes.hpp"
+#include "backends/ssh/ssh_scripts.hpp"
+#include "backends/ssh/sync.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/job/cluster_job.hpp"
+#include "sgpu/rendezvous/endpoint.hpp"
+
+namespace sgpu::launcher {
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+
+namespace {
+
+std::string read_file(const std::string& path, std::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("{} {}: cannot read the file", flag, path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string label(const env::HostEntry& h) { return fmt::format("{} ({})", h.host, h.origin); }
+
+// ~/.ssh must exist for ssh to create the ControlMaster socket in it.
+void ensure_ssh_dir() {
+  const passwd* pw = ::getpwuid(::getuid());  // NOLINT(concurrency-mt-unsafe): before any thread
+  if (pw == nullptr || pw->pw_dir == nullptr) return;
+  auto dir = fs::path(pw->pw_dir) / ".ssh";
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) ::mkdir(dir.c_str(), 0700);
+}
+
+env::SshOptions ssh_options(const JobSpec& spec) {
+  const auto& s = spec.ssh;
+  env::SshOptions o;
+  o.config_file = s.config_file;
+  o.identity = s.identity;
+  o.user = s.user;
+  o.port = s.port;
+  auto timeout = env::parse_duration(s.connect_timeout, "--ssh-connect-timeout");
+  o.connect_timeout_s = timeout ? std::max(1, static_cast<int>(timeout->count())) : 10;
+  o.options = s.options;
+  for (const auto& opt : s.options) env::check_ssh_option(opt, where_set(spec, "ssh.options", "--ssh-option"));
+  // Repeated runs reuse one authenticated connection per host (ControlPersist).
+  o.control_path = "~/.ssh/sgpu-%C";
+  ensure_ssh_dir();
+  return o;
+}
+
+// The shipped binary's name changes whenever the binary does.
+std::string shipped_path(const std::string& self_exe) {
+  std::error_code ec;
+  auto size = fs::file_size(self_exe, ec);
+  auto mtime = fs::last_write_time(self_exe, ec).time_since_epoch().count();
+  return fmt::format("~/.cache/sgpu/bin/sgpu-{}-{:x}", size, static_cast<unsigned long long>(mtime));
+}
+
+class Handler : public SshNodesHandler {
+ public:
+  Handler(ClusterJob& job, std::vector<std::string> labels) : job_(job), labels_(std::move(labels)) {
+    failures_.resize(labels_.size());
+  }
+  void on_node_exit(int node, const SshNodeExit& exit) override {
+    auto failure = env::classify_ssh_exit(labels_[static_cast<std::size_t>(node)], exit);
+    if (!failure) return;
+    // Kept even after the end: it may explain a node the rendezvous lost.
+    failures_[static_cast<std::size_t>(node)] = failure;
+    if (ended_) return;  // the launcher ended this session itself
+    if (!first_) first_ = failure;
+    if (nodes_) nodes_->stop_starting();
+    job_.node_failed(node, failure->message);
+  }
+  // The run is over (ClusterOptions::on_end): every session still open is
+  // ended, and run() returns once each ssh has exited.
+  void on_end(std::chrono::steady_clock::duration wait) {
+    ended_ = true;
+    if (nodes_) nodes_->end(wait);
+  }
+  void attach(SshNodes& nodes) { nodes_ = &nodes; }
+  const std::optional<env::NodeFailure>& first() const { return first_; }
+  const std::optional<env::NodeFailure>& failure(std::size_t node) const { return failures_[node]; }
+
+ private:
+  ClusterJob& job_;
+  std::vector<std::string> labels_;
+  std::vector<std::optional<env::NodeFailure>> failures_;
+  std::optional<env::NodeFailure> first_;
+  SshNodes* nodes_ = nullptr;
+  bool ended_ = false;
+};
+
+}  // namespace
+
+std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
+  const auto& s = spec.ssh;
+  if (!s.hostfile.empty() && !s.hosts.empty())
+    throw Error("--hostfile and --hosts exclude each other; give the hosts one way");
+  std::vector<env::HostEntry> pool;
+  std::string pool_name;
+  if (!s.hostfile.empty()) {
+    pool = env::parse_hostfile(read_file(s.hostfile, "--hostfile"), s.hostfile);
+    pool_name = "--hostfile " + s.hostfile;
+  } else if (!s.hosts.empty()) {
+    std::string list;
+    for (const auto& h : s.hosts) list += (list.empty() ? "" : ",") + h;
+    // Named as the user gave them: "--hosts" or "job.toml:12:9: ssh.hosts".
+    pool_name = spec.origins.contains("ssh.hosts") ? spec.origins.at("ssh.hosts") : "--hosts";
+    if (auto eq = pool_name.find(" = "); eq != std::string::npos) pool_name.resize(eq);
+    if (pool_name.starts_with("--hosts ")) pool_name = "--hosts";
+    pool = env::parse_hosts_list(list, pool_name);
+  } else {
+    throw Error("--backend ssh needs hosts: --hostfile FILE or --hosts a:8,b:8");
+  }
+  std::vector<env::HostFilter> include, exclude;
+  if (!s.include.empty()) include = env::parse_host_filter(s.include, "--include");
+  if (!s.exclude.empty()) exclude = env::parse_host_filter(s.exclude, "--exclude");
+  auto candidates = env::filter_hosts(pool, include, exclude);
+  if (candidates.empty()) throw Error(fmt::format("no hosts left in {} after --include/--exclude", pool_name));
+
+  env::HostRequest req;
+  req.pool_name = pool_name;
+  if (spec.gpus) {
+    req.ranks = *spec.gpus;
+    req.per_node = spec.gpus_per_node;
+    req.gpu_type = spec.gpu_type;
+  } else {
+    // CPU ranks: --nproc on each of --nnodes hosts (every host by default).
+    int per = spec.nproc.value_or(1);
+    int n = spec.origins.contains("resources.nodes") ? spec.nodes : static_cast<int>(candidates.size());
+    req.ranks = per * n;
+    req.per_node = per;
+    req.ranks_flag = fmt::format("--nproc {} on {} hosts:", per, n);
+    req.per_node_flag = "--nproc";
+    for (auto& c : candidates) c.known = false, c.pinned = false;  // slots count GPUs, not CPU ranks
+  }
+  auto chosen = env::select_hosts(candidates, req);
+  for (const auto& n : chosen)
+    if (n.ranks != chosen.front().ranks)
+      throw Error(
+          fmt::format("--gpus {} would put {} ranks on {} but {} on {}; every node runs the same number: "
+                      "pass --gpus-per-node N",
+                      req.ranks, chosen.front().ranks, chosen.front().entry.host, n.ranks, n.entry.host));
+  return chosen;
+}
+
+JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& make_observer) {
+  const auto& s = in.spec.ssh;
+  auto chosen = choose_ssh_hosts(in.spec);
+  auto opts = ssh_options(in.spec);
+
+  JobSpec node_spec = in.spec;
+  // The interpreter is this side's choice ($SGPU_PYTHON here), not each host's.
+  if (auto py = in.inherited.find("SGPU_PYTHON"); node_spec.python.empty() && py != in.inherited.end())
+    node_spec.python = py->second;
+  if (node_spec.gpus) node_spec.gpus = chosen.front().ranks;
+  env::RemoteEnvSources sources;
+  sources.spec_env = in.spec.env;
+  for (const auto& f : s.env_files)
+    sources.env_files.push_back(env::parse_env_file(read_file(f, "--env-file"), f, in.inherited));
+  sources.x_flags = s.forward_env;
+  node_spec.env = env::remote_environment(in.inherited, sources);
+
+  // With --sync the nodes run in their copy, at the same place relative to it.
+  std::string node_cwd = in.cwd;
+  std::vector<std::string> sync_files;
+  if (!s.sync.empty()) {
+    auto root = fs::weakly_canonical(fs::absolute(s.sync));
+    sync_files = sync_file_list(root.string(), s.sync_exclude);
+    auto rel = fs::weakly_canonical(in.cwd).lexically_relative(root);
+    node_cwd = rel.empty() || rel.native().starts_with("..") ? "." : rel.string();
+  }
+
+  asio::io_context io(1);
+  ClusterOptions copts;
+  copts.nnodes = static_cast<int>(chosen.size());
+  copts.join_timeout = in.join_timeout;
+  copts.heartbeat_timeout = in.heartbeat_timeout;
+  for (const auto& n : chosen) copts.node_names.push_back(n.entry.host);
+  copts.master_addr = in.spec.rendezvous.master_addr;
+  // Once the run is over, the sessions still open are ended and waited for:
+  // an agent stops its ranks within the grace, then a few seconds for ssh.
+  Handler* handler_at_end = nullptr;
+  std::chrono::steady_clock::duration session_wait{};
+  copts.on_end = [&handler_at_end, &session_wait] {
+    if (handler_at_end) handler_at_end->on_end(session_wait);
+  };
+  // The agents dial back to the address their ssh session came from, unless
+  // --rdzv-endpoint says where (behind ProxyJump or NAT that address is not ours).
+  std::string launcher_host = env::kLauncherAddress;
+  if (!in.spec.rendezvous.endpoint.empty()) {
+    auto where = where_set(in.spec, "rendezvous.endpoint", "--rdzv-endpoint");
+    if (where.starts_with("--rdzv-endpoint ")) where = "--rdzv-endpoint";
+    auto endpoint = rendezvous::parse_endpoint(in.spec.rendezvous.endpoint, where);
+    launcher_host = endpoint.host;
+    copts.listen = rendezvous::Endpoint{"", endpoint.port};
+  }
+  ClusterJob job(io, node_spec, copts, in.inherited, node_cwd);
+  // The job validated --grace; "none" never gets here.
+  session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      *env::parse_duration(in.spec.grace, "--grace") + env::Seconds(5));
+
+  std::string tarball;
+  std::string remote_sync = "~/.cache/sgpu/sync/" + job.run_id();
+  if (!s.sync.empty()) {
+    tarball = job.run_dir() + "/sync.tar.gz";
+    make_sync_tarball(fs::weakly_canonical(fs::absolute(s.sync)).string(), sync_files, tarball);
+  }
+  std::string program = "sgpu";
+  if (s.ship_sgpu) program = shipped_path(in.self_exe);
+
+  env::AgentBootstrap boot;
+  std::string secrets;
+  for (const auto& [name, value] : job.agent_environment()) {
+    boot.secret_names.push_back(name);
+    secrets += value + "\n";
+  }
+  if (!s.sync.empty()) {
+    boot.cd = remote_sync + (node_cwd == "." ? "" : "/" + node_cwd);
+    boot.remove_after = remote_sync;  // each run ships its own copy: none is left behind
+  }
+
+  std::vector<SshNode> nodes;
+  std::vector<std::string> labels;
+  for (std::size_t k = 0; k < chosen.size(); ++k) {
+    const auto& host = chosen[k].entry;
+    SshNode node{host.host, {}};
+    if (s.ship_sgpu)
+      node.steps.push_back(
+          {"copying sgpu", env::ssh_argv(opts, host, env::ship_binary_script(program)), in.self_exe, ""});
+    if (!s.sync.empty())
+      node.steps.push_back(
+          {"unpacking --sync " + s.sync, env::ssh_argv(opts, host, env::unpack_script(remote_sync)), tarball, ""});
+    auto b = boot;
+    if (!chosen[k].devices.empty()) {
+      std::string list;
+      for (int d : chosen[k].devices) list += (list.empty() ? "" : ",") + std::to_string(d);
+      b.exports.emplace_back("CUDA_VISIBLE_DEVICES", list);
+    }
+    b.argv = {program};
+    for (auto& a : job.agent_args(launcher_host, static_cast<int>(k))) b.argv.push_back(std::move(a));
+    b.argv.emplace_back("--watch-stdin");  // ssh's stdin: the session ends the agent (SshNodes::end)
+    node.steps.push_back(
+        {"starting the agent", env::ssh_argv(opts, host, env::agent_bootstrap_script(b)), "", secrets});
+    nodes.push_back(std::move(node));
+    labels.push_back(label(host));
+  }
+
+  Handler handler(job, labels);
+  SshNodes starter(io, std::move(nodes), s.max_parallel, handler);
+  handler.attach(starter);
+  handler_at_end = &handler;
+  starter.start();
+  JobOutcome outcome;
+  try {
+    // Returns once the job ended everywhere and every ssh has exited.
+    outcome = job.run(make_observer);
+  } catch (const Error&) {
+    if (handler.first()) throw Error(handler.first()->message, handler.first()->exit_code);
+    throw;
+  }
+  // A node lost through the rendezvous: ssh knows why (killed, unreachable).
+  if (outcome.end.kind == env::JobEnd::Kind::NodeLost) {
+    for (std::size_t k = 0; k < chosen.size(); ++k) {
+      if (chosen[k].entry.host != outcome.end.host || !handler.failure(k)) continue;
+      outcome.end.reason = handler.failure(k)->message;
+      outcome.exit_code = handler.failure(k)->exit_code;
+    }
+  }
+  return outcome;
+}
+
+}  // namespace sgpu::launcher

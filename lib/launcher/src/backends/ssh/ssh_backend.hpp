@@ -1,0 +1,37 @@
+#pragma once
+// `sgpu launch --backend ssh`: picks hosts from the hostfile (or --hosts) to
+// cover the job, starts `sgpu agent` on each over the system ssh client, and
+// runs the job through the rendezvous (ClusterJob) as if it were local. A
+// host that cannot be reached, lacks sgpu, or dies is named in the error and
+// decides sgpu's exit code (ssh's 255, 127, 128+N).
+#include <string>
+#include <vector>
+
+#include "backends/ssh/hosts.hpp"
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/job/cluster_job.hpp"
+#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
+
+namespace sgpu::launcher {
+
+struct SshLaunch {
+  JobSpec spec;  // spec.ssh: the hosts and how to reach them
+  env::Environment inherited;
+  std::string cwd;
+  std::string self_exe;  // this sgpu binary, for --ship-sgpu
+  env::Seconds join_timeout{600};
+  env::Seconds heartbeat_timeout{10};
+};
+
+// The hosts chosen for the job and the ranks on each (every node runs the
+// same number; pinned devices where a filter named them). Reads the hostfile.
+std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec);
+
+// The outcome, once every node has ended (a lost node's cause and exit code
+// refined by how its ssh ended); throws sgpu::Error when the job cannot start.
+JobOutcome run_ssh_job(const SshLaunch& launch, const ClusterJob::ObserverFactory& make_observer);
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,307 @@
+#include "sgpu/launcher/job/agent.hpp"
+
+#include <unistd.h>
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include <fmt/format.h>
+
+#include "backends/slurm/slurm_job.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/devices/devices.hpp"
+#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/job/job_wire.hpp"
+#include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/rendezvous/client.hpp"
+#include "sgpu/rendezvous/host_info.hpp"
+#include "sgpu/rendezvous/port_reservation.hpp"
+
+namespace sgpu::launcher {
+namespace asio = boost::asio;
+namespace rdzv = sgpu::rendezvous;
+
+namespace {
+
+std::optional<std::string> read_capped(const std::string& path, std::size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string content(limit, '\0');
+  in.read(content.data(), static_cast<std::streamsize>(limit));
+  content.resize(static_cast<std::size_t>(in.gcount()));
+  return content;
+}
+
+rdzv::OutputStream wire(Stream s) { return s == Stream::Out ? rdzv::OutputStream::Out : rdzv::OutputStream::Err; }
+
+}  // namespace
+
+struct Agent::Impl : rdzv::ClientHandler, JobObserver {
+  asio::io_context& io;
+  AgentOptions options;
+  std::string hostname = rdzv::local_hostname();
+  rdzv::RendezvousClient client;
+  std::function<void(const AgentResult&)> on_done;
+  JobSpec spec;
+  std::string cwd;
+  std::string run_id;
+  std::string executable;
+  Discovery discovery;
+  int local_ranks = 0;
+  rdzv::Assign assign;
+  std::optional<rdzv::PortReservation> master_port;  // node 0 holds MASTER_PORT for the run
+  std::string run_dir;
+  LaunchPlan plan;
+  std::map<int, env::RankFiles> files;
+  std::unique_ptr<Supervisor> supervisor;
+  bool ranks_finished = false;
+  std::optional<AgentResult> lost;
+  bool done = false;
+  std::optional<asio::posix::stream_descriptor> session;  // --watch-stdin: a copy of fd 0
+  std::array<char, 512> session_buf{};
+
+  Impl(asio::io_context& io_, AgentOptions o, rdzv::Secret secret)
+      : io(io_),
+        options(std::move(o)),
+        client(io_, rdzv::ClientOptions{options.launcher, to_ms(options.join_timeout), std::chrono::seconds(10)},
+               std::move(secret), *this) {
+    options.environment.erase(rdzv::kSecretEnvVar);  // ranks run user code: they do not get the secret
+    if (options.node_name.empty()) options.node_name = hostname;
+  }
+
+  static std::chrono::milliseconds to_ms(env::Seconds s) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(s);
+  }
+
+  // Errors this node causes name it: the launcher shows them as they are.
+  [[noreturn]] void fail_here(const Error& e) const {
+    throw Error(fmt::format("node {}: {}", options.node_name, e.what()), e.exit_code());
+  }
+
+  PlanInputs inputs(int port, const std::string& master_addr) const {
+    PlanInputs in;
+    in.inventory = discovery.gpus;
+    in.inherited = options.environment;
+    in.run_id = run_id;
+    in.run_dir = run_dir;
+    in.executable = executable;
+    in.cwd = cwd;
+    in.master_port = port;
+    in.master_addr = master_addr;
+    in.node_rank = static_cast<int>(assign.node_rank);
+    in.nnodes = static_cast<int>(std::max(1U, assign.nnodes));
+    in.rank_base = static_cast<int>(assign.rank_base);
+    in.world_size = static_cast<int>(assign.world_size);
+    return in;
+  }
+
+  rdzv::Join on_welcome(const rdzv::Welcome& welcome) override {
+    try {
+      run_id = welcome.run_id;
+      if (options.spec) {
+        spec = *options.spec;
+        cwd = options.cwd;
+      } else {
+        auto job = decode_job(welcome.job);
+        spec = std::move(job.spec);
+        cwd = job.cwd;
+        std::error_code ec;
+        if (!std::filesystem::is_directory(cwd, ec))
+          throw Error(fmt::format("the job's working directory {} does not exist here", cwd), 1);
+      }
+      discovery = discover_gpus(options.environment);
+      local_ranks = rank_count(spec, discovery.gpus);
+      executable = resolve_program(spec, options.environment, cwd);
+      make_plan(spec, inputs(0, "127.0.0.1"));  // everything but the placement checked before joining
+    } catch (const Error& e) {
+      fail_here(e);
+    }
+    rdzv::Join join;
+    join.name = options.node_name;
+    join.hostname = hostname;
+    join.addresses = rdzv::local_addresses();
+    join.gpus = discovery.gpus;
+    join.local_ranks = static_cast<std::uint32_t>(local_ranks);
+    join.node_rank = options.node_rank.value_or(-1);
+    join.nnodes = static_cast<std::uint32_t>(options.nnodes);
+    join.pid = ::getpid();
+    return join;
+  }
+
+  rdzv::Ready on_assign(const rdzv::Assign& a) override {
+    assign = a;
+    rdzv::Ready ready;
+    try {
+      if (a.node_rank == 0) {
+        master_port.emplace(spec.master_port.value_or(0));
+        ready.master_port = static_cast<std::uint32_t>(master_port->port());
+      }
+      auto root = spec.log_dir.empty() ? default_runs_root(options.environment) : spec.log_dir;
+      run_dir = create_run_dir(root, run_id, local_ranks, static_cast<int>(a.rank_base));
+    } catch (const Error& e) {
+      fail_here(e);
+    }
+    return ready;
+  }
+
+  void on_start(const rdzv::Start& start) override {
+    std::vector<RankLaunch> launches;
+    try {
+      plan = make_plan(spec, inputs(static_cast<int>(start.master_port), start.master_addr));
+    } catch (const Error& e) {
+      auto message = fmt::format("node {}: {}", options.node_name, e.what());
+      client.send(rdzv::Abort{message, e.exit_code()});
+      client.close();
+      finish({e.exit_code(), message, false});
+      return;
+    }
+    for (auto& r : plan.ranks) {
+      if (options.slurm_step)
+        for (auto& [name, value] : env::slurm_rank_environment(r.place)) r.env[name] = value;
+      launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd});
+      files[r.place.rank] = r.files;
+    }
+    // The launcher owns the job's time limit; this node only stops when told.
+    supervisor =
+        std::make_unique<Supervisor>(io, *this, SupervisorOptions{std::nullopt, plan.grace, options.handle_signals});
+    supervisor->start(launches, [this](const JobOutcome&) { on_ranks_finished(); });
+  }
+
+  void on_message(rdzv::Message&& message) override {
+    if (const auto* finish_msg = std::get_if<rdzv::Finish>(&message)) {
+      client.close();
+      finish({finish_msg->exit_code, finish_msg->summary, true});
+      return;
+    }
+    const auto* sig = std::get_if<rdzv::Signal>(&message);
+    if (sig == nullptr || !supervisor) return;
+    switch (sig->mode) {
+      case rdzv::SignalMode::Forward:
+        supervisor->forward(sig->signal);
+        return;
+      case rdzv::SignalMode::Teardown: {
+        env::JobEnd cause;
+        cause.kind = env::JobEnd::Kind::Interrupted;
+        cause.signal = sig->signal;
+        supervisor->stop(cause, sig->signal);
+        return;
+      }
+      case rdzv::SignalMode::Kill:
+        supervisor->kill();
+        return;
+    }
+  }
+
+  // --watch-stdin: whatever arrives is ignored; the end of input is the end
+  // of the ssh session.
+  void watch_session() {
+    session->async_read_some(asio::buffer(session_buf), [this](boost::system::error_code ec, std::size_t) {
+      if (done) return;
+      if (!ec) return watch_session();
+      client.close();
+      on_lost("the launcher's ssh session ended", 128 + SIGHUP);
+    });
+  }
+
+  void on_lost(const std::string& why, int exit_code) override {
+    AgentResult result{exit_code, why, false};
+    if (supervisor && !ranks_finished) {
+      // No launcher, no job: stop the ranks (SIGTERM, SIGKILL after the grace) and end when they have.
+      lost = result;
+      env::JobEnd cause;
+      cause.kind = env::JobEnd::Kind::NodeLost;
+      cause.reason = why;
+      supervisor->stop(cause, SIGTERM);
+      return;
+    }
+    finish(result);
+  }
+
+  void on_ranks_finished() {
+    ranks_finished = true;
+    if (lost) {
+      finish(*lost);
+      return;
+    }
+    client.send(rdzv::NodeDone{});  // then the launcher's Finish ends this agent
+  }
+
+  void finish(const AgentResult& result) {
+    if (done) return;
+    done = true;
+    master_port.reset();
+    if (session) {
+      boost::system::error_code ignored;
+      session->close(ignored);
+    }
+    if (on_done) on_done(result);
+  }
+
+  // JobObserver: this node's ranks, streamed to the launcher.
+  void on_rank_started(int rank, int pid) override {
+    client.send(rdzv::RankStarted{static_cast<std::uint32_t>(rank), pid});
+  }
+
+  void on_rank_output(int rank, Stream stream, std::string_view bytes) override {
+    client.send(rdzv::RankOutput{static_cast<std::uint32_t>(rank), wire(stream), std::string(bytes)});
+  }
+
+  void on_rank_output_closed(int rank, Stream stream) override {
+    client.send(rdzv::RankOutputClosed{static_cast<std::uint32_t>(rank), wire(stream)});
+  }
+
+  void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override {
+    // The files first, so the launcher has them when it reports the exit.
+    if (auto it = files.find(rank); it != files.end()) {
+      auto r = static_cast<std::uint32_t>(rank);
+      if (auto error = read_capped(it->second.error_file, rdzv::kMaxFileBytes))
+        client.send(rdzv::RankFile{r, rdzv::RankFileKind::Error, std::move(*error)});
+      if (auto result = read_capped(it->second.result_file, rdzv::kMaxFileBytes))
+        client.send(rdzv::RankFile{r, rdzv::RankFileKind::Result, std::move(*result)});
+    }
+    client.send(rdzv::RankExited{static_cast<std::uint32_t>(rank), status, terminated_by_sgpu});
+  }
+
+  void on_teardown(const env::JobEnd& cause) override {
+    rdzv::NodeTeardown t{cause, {}};
+    t.cause.host = options.node_name;
+    if (cause.kind == env::JobEnd::Kind::SpawnFailed)
+      t.detail = fmt::format("{}: {}", plan.executable, std::strerror(cause.spawn_errno));
+    client.send(t);
+  }
+};
+
+Agent::Agent(asio::io_context& io, AgentOptions options, rendezvous::Secret secret)
+    : impl_(std::make_unique<Impl>(io, std::move(options), std::move(secret))) {}
+
+Agent::~Agent() = default;
+
+void Agent::start(std::function<void(const AgentResult&)> on_done) {
+  impl_->on_done = std::move(on_done);
+  if (impl_->options.watch_stdin) {
+    int fd = ::dup(STDIN_FILENO);
+    if (fd < 0) throw Error(fmt::format("--watch-stdin: standard input: {}", std::strerror(errno)));
+    impl_->session.emplace(impl_->io, fd);
+    impl_->watch_session();
+  }
+  impl_->client.start();
+}
+
+AgentResult run_agent(AgentOptions options, rendezvous::Secret secret) {
+  asio::io_context io(1);
+  AgentResult result{1, "the agent ended without a result", false};
+  Agent agent(io, std::move(options), std::move(secret));
+  agent.start([&result](const AgentResult& r) { result = r; });
+  io.run();
+  return result;
+}
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,473 @@
+#include "sgpu/launcher/job/cluster_job.hpp"
+
+#include <sys/resource.h>
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+
+#include <fmt/format.h>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "sgpu/env/command.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/job/job_wire.hpp"
+#include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/rendezvous/server.hpp"
+
+namespace sgpu::launcher {
+namespace asio = boost::asio;
+namespace rdzv = sgpu::rendezvous;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr auto kFirstProgress = std::chrono::seconds(5);
+constexpr auto kProgressEvery = std::chrono::seconds(30);
+
+std::chrono::milliseconds to_ms(env::Seconds s) { return std::chrono::duration_cast<std::chrono::milliseconds>(s); }
+
+Stream local(rdzv::OutputStream s) { return s == rdzv::OutputStream::Out ? Stream::Out : Stream::Err; }
+
+// A launcher holds a connection per node: on big runs the usual soft limit of
+// 1024 open files is too few. Raised only then, so ranks of ordinary runs
+// inherit the limit they always had.
+void allow_connections(int nnodes) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  auto want = static_cast<rlim_t>(nnodes) * 2 + 256;
+  if (lim.rlim_cur >= want) return;
+  lim.rlim_cur = std::min(want, lim.rlim_max);
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+}
+
+std::string on_host(const std::string& host) { return host.empty() ? "" : fmt::format(" on {}", host); }
+
+}  // namespace
+
+std::string describe_end(const env::JobEnd& end, int exit_code) {
+  using Kind = env::JobEnd::Kind;
+  switch (end.kind) {
+    case Kind::Completed:
+      return "every rank exited 0";
+    case Kind::RankFailed:
+      return fmt::format("rank {}{} failed first: {} (exit code {})", end.rank,
+                         end.host.empty() ? "" : fmt::format(" ({})", end.host), end.status.describe(), exit_code);
+    case Kind::TimedOut:
+      return fmt::format("the job timed out (exit code {})", exit_code);
+    case Kind::Interrupted:
+      return fmt::format("interrupted by {}{} (exit code {})", env::signal_name(end.signal), on_host(end.host),
+                         exit_code);
+    case Kind::SpawnFailed:
+      return fmt::format("cannot start rank {}{}: {} (exit code {})", end.rank, on_host(end.host), end.reason,
+                         exit_code);
+    case Kind::NodeLost:
+      return fmt::format("node {} was lost: {} (exit code {})", end.host, end.reason, exit_code);
+  }
+  return fmt::format("exit code {}", exit_code);
+}
+
+struct ClusterJob::Impl : rdzv::ServerHandler {
+  enum class NodeState { Running, Done, Lost };
+
+  asio::io_context& io;
+  JobSpec spec;
+  ClusterOptions options;
+  std::string cwd;
+  std::optional<env::Seconds> timeout;
+  env::Seconds grace{30};
+  std::string run_id;
+  std::string run_dir;
+  rdzv::Secret secret;
+  std::unique_ptr<rdzv::RendezvousServer> server;
+  asio::signal_set signals;
+  asio::steady_timer timeout_timer;
+  asio::steady_timer grace_timer;
+  asio::steady_timer progress_timer;
+  const ClusterJob::ObserverFactory* make_observer = nullptr;
+  JobObserver* observer = nullptr;
+  std::vector<rdzv::NodeInfo> nodes;
+  std::vector<NodeState> node_state;
+  std::vector<std::array<bool, 2>> output_open;  // by global rank
+  JobOutcome outcome;
+  std::size_t joined = 0;
+  bool started = false;
+  bool tearing_down = false;
+  bool finished = false;
+  std::optional<std::pair<std::string, int>> failure;
+
+  Impl(asio::io_context& io_, JobSpec s, ClusterOptions o, const env::Environment& inherited, std::string dir)
+      : io(io_),
+        spec(std::move(s)),
+        options(std::move(o)),
+        cwd(std::move(dir)),
+        secret(options.secret ? *options.secret : rdzv::Secret::generate()),
+        signals(io_),
+        timeout_timer(io_),
+        grace_timer(io_),
+        progress_timer(io_) {
+    if (options.nnodes < 1) throw Error(fmt::format("--nnodes {}: must be at least 1", options.nnodes));
+    allow_connections(options.nnodes);
+    if (!options.notice) options.notice = [](const std::string& text) { fmt::print(stderr, "sgpu: {}\n", text); };
+    timeout = env::parse_duration(spec.timeout, "--timeout");
+    auto g = env::parse_duration(spec.grace, "--grace");
+    if (!g) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
+    grace = *g;
+    run_id = make_run_id();
+    auto root = spec.log_dir.empty() ? default_runs_root(inherited) : spec.log_dir;
+    run_dir = create_run_dir(root, run_id, 0);
+    rdzv::ServerOptions so;
+    so.nnodes = static_cast<std::uint32_t>(options.nnodes);
+    so.expected_names = options.node_names;
+    so.join_timeout = to_ms(options.join_timeout);
+    so.heartbeat_timeout = to_ms(options.heartbeat_timeout);
+    so.run_id = run_id;
+    so.job = encode_job({spec, cwd});
+    so.master_addr = options.master_addr;
+    server = std::make_unique<rdzv::RendezvousServer>(io, options.listen, secret, so, *this);
+  }
+
+  std::string node_name(std::size_t node) const {
+    if (node < nodes.size()) return nodes[node].name;
+    if (node < options.node_names.size()) return options.node_names[node];
+    return fmt::format("node rank {}", node);
+  }
+
+  // --- the rendezvous ---
+  void on_notice(const std::string& text) override { options.notice(text); }
+
+  void on_joined(std::size_t count, std::uint32_t) override { joined = count; }
+
+  void arm_progress(std::chrono::seconds after) {
+    progress_timer.expires_after(after);
+    progress_timer.async_wait([this](boost::system::error_code ec) {
+      if (ec || started || failure) return;
+      options.notice(
+          fmt::format("waiting for nodes on port {}: {} of {} joined", server->port(), joined, options.nnodes));
+      arm_progress(kProgressEvery);
+    });
+  }
+
+  void on_started(const std::vector<rdzv::NodeInfo>& infos, const rdzv::Start& start) override {
+    started = true;
+    progress_timer.cancel();
+    nodes = infos;
+    node_state.assign(nodes.size(), NodeState::Running);
+    std::vector<NodePlacement> placement;
+    int world = 0;
+    for (const auto& n : nodes) {
+      placement.push_back(
+          {static_cast<int>(n.node_rank), n.name, static_cast<int>(n.rank_base), static_cast<int>(n.local_ranks)});
+      world += static_cast<int>(n.local_ranks);
+    }
+    outcome.started = Clock::now();
+    outcome.ranks.resize(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) outcome.ranks[static_cast<std::size_t>(r)].rank = r;
+    output_open.assign(static_cast<std::size_t>(world), {false, false});
+    try {
+      auto plan = ClusterJob::job_plan(spec, run_id, run_dir, cwd, placement, start.master_addr,
+                                       static_cast<int>(start.master_port));
+      // ranks/<r>/ appear as each rank's logs and files arrive, not all at
+      // once here: thousands of mkdirs would hold up every node's heartbeat.
+      observer = &(*make_observer)(io, plan);
+    } catch (const Error& e) {
+      // Nothing can show or keep the run: every node stops at once.
+      failure = {e.what(), e.exit_code()};
+      server->abort(e.what(), e.exit_code());
+      stop_waiting();
+      return;
+    }
+    observer->on_nodes_placed(placement);
+    if (timeout) {
+      timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(*timeout));
+      timeout_timer.async_wait([this](boost::system::error_code ec) {
+        if (ec || tearing_down || finished) return;
+        env::JobEnd end;
+        end.kind = env::JobEnd::Kind::TimedOut;
+        teardown(end, SIGTERM);
+      });
+    }
+  }
+
+  void on_failed(const std::string& message, int exit_code) override {
+    if (!failure) failure = {message, exit_code};
+    stop_waiting();
+  }
+
+  // --- the run ---
+  bool owns(std::uint32_t node, std::uint32_t rank) const {
+    const auto& n = nodes[node];
+    return rank >= n.rank_base && rank < n.rank_base + n.local_ranks;
+  }
+
+  void on_node_message(std::uint32_t node, rdzv::Message&& message) override {
+    if (node >= nodes.size() || node_state[node] == NodeState::Lost) return;
+    std::visit([&](auto& m) { handle(node, m); }, message);
+  }
+
+  template <typename M>
+  void handle(std::uint32_t, M&) {}
+
+  template <typename M>
+  bool valid(std::uint32_t node, const M& m) {
+    if (owns(node, m.rank)) return true;
+    options.notice(fmt::format("ignored a message from node {} about rank {}, which is not one of its ranks",
+                               node_name(node), m.rank));
+    return false;
+  }
+
+  void handle(std::uint32_t node, rdzv::RankStarted& m) {
+    if (!valid(node, m)) return;
+    auto& rec = outcome.ranks[m.rank];
+    rec.pid = m.pid;
+    rec.started = Clock::now();
+    output_open[m.rank] = {true, true};
+    observer->on_rank_started(static_cast<int>(m.rank), m.pid);
+  }
+
+  void handle(std::uint32_t node, rdzv::RankOutput& m) {
+    if (valid(node, m)) observer->on_rank_output(static_cast<int>(m.rank), local(m.stream), m.bytes);
+  }
+
+  void handle(std::uint32_t node, rdzv::RankOutputClosed& m) {
+    if (!valid(node, m)) return;
+    output_open[m.rank][static_cast<std::size_t>(m.stream)] = false;
+    observer->on_rank_output_closed(static_cast<int>(m.rank), local(m.stream));
+  }
+
+  void handle(std::uint32_t node, rdzv::RankFile& m) {
+    if (!valid(node, m)) return;
+    // Kept where a one-node run keeps it, so logs and the report read it alike.
+    auto dir = fs::path(run_dir) / "ranks" / std::to_string(m.rank);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    auto path = dir / (m.kind == rdzv::RankFileKind::Error ? "error.json" : "result");
+    auto tmp = path;
+    tmp += ".part";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(m.content.data(), static_cast<std::streamsize>(m.content.size()));
+      if (!out) {
+        options.notice(fmt::format("cannot write {}", path.string()));
+        return;
+      }
+    }
+    fs::rename(tmp, path, ec);
+  }
+
+  void handle(std::uint32_t node, rdzv::RankExited& m) {
+    if (!valid(node, m)) return;
+    auto& rec = outcome.ranks[m.rank];
+    rec.status = m.status;
+    rec.ended = Clock::now();
+    bool failed = !m.status.success();
+    rec.terminated_by_sgpu = m.terminated_by_sgpu || (failed && tearing_down);
+    observer->on_rank_exited(static_cast<int>(m.rank), m.status, rec.terminated_by_sgpu);
+    if (failed && !tearing_down) {
+      env::JobEnd end;
+      end.kind = env::JobEnd::Kind::RankFailed;
+      end.rank = static_cast<int>(m.rank);
+      end.status = m.status;
+      end.host = node_name(node);
+      teardown(end, SIGTERM);
+    }
+  }
+
+  void handle(std::uint32_t node, rdzv::NodeTeardown& m) {
+    using Kind = env::JobEnd::Kind;
+    if (tearing_down) return;
+    auto cause = m.cause;
+    cause.host = node_name(node);
+    if (cause.kind == Kind::Interrupted) {
+      teardown(cause, SIGTERM);  // the node got a signal (scancel, ssh hangup): the whole job stops
+    } else if (cause.kind == Kind::SpawnFailed) {
+      cause.reason = m.detail;
+      outcome.spawn_error = m.detail;
+      teardown(cause, SIGTERM);
+    }
+    // RankFailed arrives as its RankExited; NodeLost is the node's own view.
+  }
+
+  void handle(std::uint32_t node, rdzv::NodeDone&) {
+    node_state[node] = NodeState::Done;
+    maybe_finish();
+  }
+
+  void handle(std::uint32_t node, rdzv::Abort& m) { lose(node, m.message); }
+
+  void on_node_lost(std::uint32_t node, const std::string& why) override { lose(node, why); }
+
+  void lose(std::uint32_t node, const std::string& why) {
+    if (node >= nodes.size() || node_state[node] != NodeState::Running) return;
+    node_state[node] = NodeState::Lost;
+    const auto& n = nodes[node];
+    // Whatever its ranks printed without a newline is shown now.
+    for (auto r = n.rank_base; r < n.rank_base + n.local_ranks; ++r) {
+      for (auto s : {Stream::Out, Stream::Err}) {
+        auto& open = output_open[r][s == Stream::Out ? 0 : 1];
+        if (open) observer->on_rank_output_closed(static_cast<int>(r), s);
+        open = false;
+      }
+    }
+    if (!tearing_down) {
+      env::JobEnd end;
+      end.kind = env::JobEnd::Kind::NodeLost;
+      end.host = n.name;
+      end.reason = why;
+      teardown(end, SIGTERM);
+    } else {
+      options.notice(fmt::format("node {} was lost while stopping: {}", n.name, why));
+    }
+    maybe_finish();
+  }
+
+  void teardown(const env::JobEnd& cause, int sig) {
+    if (tearing_down) return;
+    tearing_down = true;
+    outcome.end = cause;
+    observer->on_teardown(cause);
+    timeout_timer.cancel();
+    server->broadcast(rdzv::Signal{sig, rdzv::SignalMode::Teardown});
+    grace_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(grace));
+    grace_timer.async_wait([this](boost::system::error_code ec) {
+      if (!ec && !finished) server->broadcast(rdzv::Signal{SIGKILL, rdzv::SignalMode::Kill});
+    });
+  }
+
+  void maybe_finish() {
+    if (!started || finished) return;
+    for (auto s : node_state)
+      if (s == NodeState::Running) return;
+    finished = true;
+    outcome.ended = Clock::now();
+    outcome.exit_code = env::job_exit_code(outcome.end);
+    server->finish(rdzv::Finish{outcome.exit_code, describe_end(outcome.end, outcome.exit_code)});
+    stop_waiting();
+  }
+
+  void stop_waiting() {
+    if (options.on_end) std::exchange(options.on_end, nullptr)();
+    timeout_timer.cancel();
+    grace_timer.cancel();
+    progress_timer.cancel();
+    boost::system::error_code ignored;
+    signals.cancel(ignored);
+    signals.clear(ignored);
+  }
+
+  void arm_signals() {
+    signals.async_wait([this](boost::system::error_code ec, int sig) {
+      if (ec || finished || failure) return;
+      if (sig == SIGUSR1 || sig == SIGUSR2) {
+        if (started) server->broadcast(rdzv::Signal{sig, rdzv::SignalMode::Forward});
+      } else if (!started) {
+        auto message = fmt::format("interrupted by {} during the rendezvous", env::signal_name(sig));
+        failure = {message, 128 + sig};
+        server->abort(fmt::format("the launcher was {}", message), 128 + sig);
+        stop_waiting();
+        return;
+      } else if (tearing_down) {
+        server->broadcast(rdzv::Signal{SIGKILL, rdzv::SignalMode::Kill});  // a second Ctrl-C does not wait
+      } else {
+        env::JobEnd end;
+        end.kind = env::JobEnd::Kind::Interrupted;
+        end.signal = sig;
+        teardown(end, sig);
+      }
+      arm_signals();
+    });
+  }
+};
+
+ClusterJob::ClusterJob(asio::io_context& io, JobSpec spec, ClusterOptions options, const env::Environment& inherited,
+                       std::string cwd)
+    : impl_(std::make_unique<Impl>(io, std::move(spec), std::move(options), inherited, std::move(cwd))) {}
+
+ClusterJob::~ClusterJob() = default;
+
+int ClusterJob::port() const { return impl_->server->port(); }
+const rendezvous::Secret& ClusterJob::secret() const { return impl_->secret; }
+const std::string& ClusterJob::run_id() const { return impl_->run_id; }
+const std::string& ClusterJob::run_dir() const { return impl_->run_dir; }
+
+std::vector<std::string> ClusterJob::agent_args(const std::string& launcher_host, int node_rank) const {
+  std::vector<std::string> args{"agent", "--rdzv", rdzv::Endpoint{launcher_host, port()}.str(), "--node-rank",
+                                std::to_string(node_rank)};
+  const auto& names = impl_->options.node_names;
+  if (node_rank >= 0 && static_cast<std::size_t>(node_rank) < names.size()) {
+    args.emplace_back("--node-name");
+    args.push_back(names[static_cast<std::size_t>(node_rank)]);
+  }
+  args.emplace_back("--join-timeout");
+  args.push_back(env::format_duration(impl_->options.join_timeout));
+  return args;
+}
+
+env::Environment ClusterJob::agent_environment() const { return {{rdzv::kSecretEnvVar, impl_->secret.text()}}; }
+
+void ClusterJob::node_failed(int node_rank, const std::string& why) {
+  auto& s = *impl_;
+  if (s.finished || s.failure) return;
+  if (!s.started) {
+    auto message = fmt::format("node {}: {}", s.node_name(static_cast<std::size_t>(node_rank)), why);
+    s.failure = {message, 1};
+    s.server->abort(message, 1);
+    s.stop_waiting();
+    return;
+  }
+  s.lose(static_cast<std::uint32_t>(node_rank), why);
+}
+
+LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, const std::string& run_dir,
+                                const std::string& cwd, const std::vector<NodePlacement>& nodes,
+                                const std::string& master_addr, int master_port) {
+  LaunchPlan plan;
+  plan.run_id = run_id;
+  plan.run_dir = run_dir;
+  plan.cwd = cwd;
+  // Each node resolves the program on its own PATH; the plan shows the name asked for.
+  plan.executable = spec.entrypoint.kind == env::Entrypoint::Kind::Executable
+                        ? spec.entrypoint.target
+                        : (spec.python.empty() ? std::string("python3") : spec.python);
+  plan.argv = env::build_argv(spec.entrypoint, plan.executable);
+  plan.gpu_type = spec.gpu_type;
+  plan.master_addr = master_addr;
+  plan.master_port = master_port;
+  plan.timeout = env::parse_duration(spec.timeout, "--timeout");
+  if (auto g = env::parse_duration(spec.grace, "--grace")) plan.grace = *g;
+  int world = 0;
+  for (const auto& n : nodes) world += n.ranks;
+  auto nnodes = static_cast<int>(nodes.size());
+  for (const auto& n : nodes) {
+    for (int local = 0; local < n.ranks; ++local) {
+      RankPlan rank;
+      int global = n.first_rank + local;
+      rank.place = {global, local, world, n.ranks, n.node_rank, nnodes};
+      rank.host = n.host;
+      auto dir = fs::path(run_dir) / "ranks" / std::to_string(global);
+      rank.files.error_file = (dir / "error.json").string();
+      rank.files.result_file = (dir / "result").string();
+      plan.ranks.push_back(std::move(rank));
+    }
+  }
+  std::sort(plan.ranks.begin(), plan.ranks.end(),
+            [](const RankPlan& a, const RankPlan& b) { return a.place.rank < b.place.rank; });
+  return plan;
+}
+
+JobOutcome ClusterJob::run(const ObserverFactory& make_observer) {
+  auto& s = *impl_;
+  s.make_observer = &make_observer;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) s.signals.add(sig);
+  s.arm_signals();
+  s.server->start();
+  s.arm_progress(kFirstProgress);
+  s.io.run();
+  s.io.restart();
+  if (s.failure) throw Error(s.failure->first, s.failure->second);
+  return s.outcome;
+}
+
+}  // namespace sgpu::launcher

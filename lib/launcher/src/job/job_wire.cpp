@@ -1,0 +1,90 @@
+#include "sgpu/launcher/job/job_wire.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sgpu/env/command.hpp"
+#include "sgpu/env/error.hpp"
+
+namespace sgpu::launcher {
+namespace {
+
+using json = nlohmann::json;
+constexpr int kFormat = 1;
+
+env::Entrypoint::Kind kind_of(const std::string& name) {
+  if (name == "module") return env::Entrypoint::Kind::Module;
+  if (name == "executable") return env::Entrypoint::Kind::Executable;
+  if (name == "script") return env::Entrypoint::Kind::Script;
+  throw Error(fmt::format("unknown entrypoint kind '{}'", name), 1);
+}
+
+template <typename T>
+void take(const json& j, const char* key, T& out) {
+  if (auto it = j.find(key); it != j.end() && !it->is_null()) out = it->get<T>();
+}
+
+template <typename T>
+void take(const json& j, const char* key, std::optional<T>& out) {
+  if (auto it = j.find(key); it != j.end() && !it->is_null()) out = it->get<T>();
+}
+
+}  // namespace
+
+std::string encode_job(const JobDescription& job) {
+  const auto& s = job.spec;
+  json j;
+  j["format"] = kFormat;
+  j["entrypoint"] = {{"kind", env::entrypoint_kind_name(s.entrypoint.kind)},
+                     {"target", s.entrypoint.target},
+                     {"args", s.entrypoint.args}};
+  j["python"] = s.python;
+  j["gpus"] = s.gpus ? json(*s.gpus) : json();
+  j["nproc"] = s.nproc ? json(*s.nproc) : json();
+  j["gpu_type"] = s.gpu_type;
+  j["gpu_bind"] = s.gpu_bind == GpuBind::PerRank ? "per-rank" : "node";
+  j["master_port"] = s.master_port ? json(*s.master_port) : json();
+  j["timeout"] = s.timeout;
+  j["grace"] = s.grace;
+  j["log_dir"] = s.log_dir;
+  j["env"] = s.env;
+  j["cwd"] = job.cwd;
+  return j.dump();
+}
+
+JobDescription decode_job(std::string_view text) {
+  JobDescription job;
+  try {
+    auto j = json::parse(text);
+    int format = 0;
+    take(j, "format", format);
+    if (format != kFormat)
+      throw Error(
+          fmt::format("job description format {} (this agent reads {}): run the same sgpu version on every node",
+                      format, kFormat),
+          kExitUsage);
+    auto& s = job.spec;
+    const auto& e = j.at("entrypoint");
+    s.entrypoint.kind = kind_of(e.at("kind").get<std::string>());
+    s.entrypoint.target = e.at("target").get<std::string>();
+    take(e, "args", s.entrypoint.args);
+    take(j, "python", s.python);
+    take(j, "gpus", s.gpus);
+    take(j, "nproc", s.nproc);
+    take(j, "gpu_type", s.gpu_type);
+    std::string bind = "node";
+    take(j, "gpu_bind", bind);
+    s.gpu_bind = bind == "per-rank" ? GpuBind::PerRank : GpuBind::Node;
+    take(j, "master_port", s.master_port);
+    take(j, "timeout", s.timeout);
+    take(j, "grace", s.grace);
+    take(j, "log_dir", s.log_dir);
+    take(j, "env", s.env);
+    take(j, "cwd", job.cwd);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("the launcher sent a job this agent cannot read: {}", e.what()), 1);
+  }
+  return job;
+}
+
+}  // namespace sgpu::launcher

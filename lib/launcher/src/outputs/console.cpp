@@ -1,0 +1,118 @@
+#include "sgpu/launcher/outputs/console.hpp"
+
+#include <charconv>
+#include <chrono>
+#include <ctime>
+
+#include <fmt/format.h>
+
+#include "sgpu/env/error.hpp"
+
+namespace sgpu::launcher {
+
+namespace {
+// Cyan, yellow, green, magenta, blue and their bright forms: no red, which reads as an error.
+constexpr std::array<int, 10> kRankColors = {36, 33, 32, 35, 34, 96, 93, 92, 95, 94};
+
+std::optional<int> parse_int(std::string_view s) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+// " 12:00:01.234": local time, for people reading the console.
+void format_timestamp(std::string& out) {
+  auto now = std::chrono::system_clock::now();
+  auto t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  out = fmt::format("{:02d}:{:02d}:{:02d}.{:03d} ", tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+}
+}  // namespace
+
+std::vector<int> parse_rank_list(std::string_view text, std::string_view what) {
+  auto bad = [&](std::string_view item) {
+    return Error(fmt::format("{} {}: '{}' is not a rank; give ranks and ranges like 0,3 or 0-3,7", what, text, item));
+  };
+  std::vector<int> ranks;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    auto comma = text.find(',', start);
+    auto item = text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    auto dash = item.find('-');
+    auto lo = parse_int(item.substr(0, dash));
+    auto hi = dash == std::string_view::npos ? lo : parse_int(item.substr(dash + 1));
+    if (!lo || !hi || *lo < 0 || *hi < *lo) throw bad(item);
+    if (*hi - *lo > 1 << 20) throw bad(item);
+    for (int r = *lo; r <= *hi; ++r) ranks.push_back(r);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return ranks;
+}
+
+std::string rank_prefix(std::string_view label, int rank, bool color) {
+  if (!color) return fmt::format("[{}] ", label);
+  auto code = kRankColors[static_cast<std::size_t>(rank) % kRankColors.size()];
+  return fmt::format("\x1b[{}m[{}]\x1b[0m ", code, label);
+}
+
+ConsolePrinter::ConsolePrinter(ConsoleSink& sink, ConsoleOptions options) : sink_(sink), options_(std::move(options)) {
+  if (options_.raw_rank) options_.ranks = {*options_.raw_rank};
+  if (options_.ranks.empty()) return;  // all shown
+  shown_.assign(options_.labels.size(), false);
+  for (int r : options_.ranks)
+    if (r >= 0 && static_cast<std::size_t>(r) < shown_.size()) shown_[static_cast<std::size_t>(r)] = true;
+}
+
+bool ConsolePrinter::shown(int rank) const {
+  if (shown_.empty()) return true;
+  return rank >= 0 && static_cast<std::size_t>(rank) < shown_.size() && shown_[static_cast<std::size_t>(rank)];
+}
+
+const std::string& ConsolePrinter::prefix(int rank, Stream stream) {
+  auto [it, inserted] = prefixes_.try_emplace({rank, stream});
+  if (inserted) {
+    auto idx = static_cast<std::size_t>(rank);
+    std::string label = idx < options_.labels.size() ? options_.labels[idx] : std::to_string(rank);
+    it->second = rank_prefix(label, rank, options_.color[stream == Stream::Out ? 0 : 1]);
+  }
+  return it->second;
+}
+
+void ConsolePrinter::append_segment(std::string_view prefix, std::string_view segment, bool at_end) {
+  out_.append(prefix);
+  out_.append(timestamp_);
+  out_.append(segment);
+  // A piece of an over-long line, a last line without "\n", or a last
+  // progress redraw ("\r"): end it, so the next rank's line starts on its own.
+  char last = segment.empty() ? '\0' : segment.back();
+  if (last != '\n' && (last != '\r' || at_end)) out_.push_back('\n');
+}
+
+void ConsolePrinter::on_rank_output(int rank, Stream stream, std::string_view bytes) {
+  if (!shown(rank)) return;
+  if (options_.raw_rank) {
+    sink_.write(stream, bytes);  // bytes as they come: progress bars, curses, tools that want a terminal
+    return;
+  }
+  if (options_.timestamps) format_timestamp(timestamp_);
+  out_.clear();
+  const auto& p = prefix(rank, stream);
+  splitters_[{rank, stream}].feed(bytes, [&](std::string_view s) { append_segment(p, s, false); });
+  // One write per chunk of whole segments: another rank's line can never land inside.
+  sink_.write(stream, out_);
+}
+
+void ConsolePrinter::on_rank_output_closed(int rank, Stream stream) {
+  auto it = splitters_.find({rank, stream});
+  if (it == splitters_.end() || !it->second.has_partial()) return;
+  if (options_.timestamps) format_timestamp(timestamp_);
+  out_.clear();
+  append_segment(prefix(rank, stream), it->second.finish(), true);
+  sink_.write(stream, out_);
+}
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,132 @@
+#include "sgpu/launcher/outputs/run_files.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "sgpu/env/error.hpp"
+
+namespace sgpu::launcher {
+namespace fs = std::filesystem;
+
+std::string rank_dir(const std::string& run_dir, int rank) {
+  return (fs::path(run_dir) / "ranks" / std::to_string(rank)).string();
+}
+
+std::string rank_log_path(const std::string& run_dir, int rank, Stream stream) {
+  return (fs::path(rank_dir(run_dir, rank)) / (stream == Stream::Out ? "stdout" : "stderr")).string();
+}
+
+std::string iso_time(Clock::time_point t) {
+  auto secs = Clock::to_time_t(t);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  return fmt::format("{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:03d}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+}
+
+AppendFile::AppendFile(const std::string& path, bool keep) : path_(path) {
+  int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (keep ? 0 : O_TRUNC);
+  fd_ = ::open(path.c_str(), flags, 0644);
+  if (fd_ < 0) throw Error(fmt::format("cannot create {}: {}", path, std::strerror(errno)), 1);
+}
+
+AppendFile AppendFile::deferred(const std::string& path) {
+  AppendFile f;
+  f.path_ = path;
+  f.deferred_ = true;
+  return f;
+}
+
+bool AppendFile::open_deferred() {
+  deferred_ = false;
+  std::error_code ec;
+  fs::create_directories(fs::path(path_).parent_path(), ec);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_TRUNC, 0644);
+  if (fd_ < 0) error_ = fmt::format("cannot create it: {}", std::strerror(errno));
+  return fd_ >= 0;
+}
+
+void AppendFile::create() {
+  if (deferred_) open_deferred();
+}
+
+AppendFile::~AppendFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+AppendFile::AppendFile(AppendFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      deferred_(std::exchange(other.deferred_, false)),
+      path_(std::move(other.path_)),
+      error_(std::move(other.error_)) {}
+
+AppendFile& AppendFile::operator=(AppendFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    deferred_ = std::exchange(other.deferred_, false);
+    path_ = std::move(other.path_);
+    error_ = std::move(other.error_);
+  }
+  return *this;
+}
+
+bool AppendFile::append(std::string_view bytes) {
+  if (deferred_ && !open_deferred()) return false;
+  if (fd_ < 0 || !error_.empty()) return false;
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error_ = std::strerror(errno);
+      return false;
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+void write_file_atomic(const std::string& path, std::string_view content) {
+  auto tmp = path + ".tmp";
+  {
+    AppendFile file(tmp);
+    if (!file.append(content)) throw Error(fmt::format("cannot write {}: {}", tmp, file.error()), 1);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(fmt::format("cannot write {}: {}", path, ec.message()), 1);
+}
+
+std::optional<std::string> read_file(const std::string& path, std::size_t max_bytes, bool tail) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::optional<std::string> out;
+  if (::fstat(fd, &st) == 0) {
+    auto size = static_cast<std::size_t>(st.st_size);
+    off_t start = tail && size > max_bytes ? static_cast<off_t>(size - max_bytes) : 0;
+    std::string data(std::min(size, max_bytes), '\0');
+    std::size_t got = 0;
+    while (got < data.size()) {
+      ssize_t n = ::pread(fd, data.data() + got, data.size() - got, start + static_cast<off_t>(got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    data.resize(got);
+    out = std::move(data);
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,245 @@
+#include "sgpu/launcher/plan/dry_run.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sgpu/env/command.hpp"
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/secrets.hpp"
+
+namespace sgpu::launcher {
+namespace {
+
+constexpr const char* kRunId = "<run-id>";
+constexpr const char* kFreePort = "<free port, reserved at launch>";
+
+// "alice@gpu-a:8" -> "gpu-a"; "[fe80::1]:2" -> "fe80::1".
+std::string host_name(const std::string& entry) {
+  std::string h = entry.substr(entry.find('@') == std::string::npos ? 0 : entry.find('@') + 1);
+  if (!h.empty() && h.front() == '[') return h.substr(1, h.find(']') - 1);
+  return h.substr(0, h.find(':'));
+}
+
+std::string node_host(const JobSpec& spec, int k, int local_node) {
+  if (spec.backend == "ssh") {
+    if (static_cast<std::size_t>(k) < spec.ssh.hosts.size()) return host_name(spec.ssh.hosts[k]);
+    return fmt::format("host {} picked from {} at launch", k + 1, spec.ssh.hostfile);
+  }
+  if (spec.backend == "slurm") return fmt::format("SLURM node {} (allocated at launch)", k);
+  if (k == local_node) return "this node";
+  return fmt::format("node {} (run sgpu launch --node-rank {} there)", k, k);
+}
+
+// A remote node's GPUs are only known there; plan with the ones asked for.
+std::vector<env::Gpu> assumed_gpus(const JobSpec& spec) {
+  int nodes = std::max(1, spec.nodes);
+  int n = spec.gpus_per_node ? *spec.gpus_per_node : spec.gpus ? *spec.gpus / nodes : 0;
+  std::string type = spec.gpu_type.empty() ? "<detected at launch>" : env::normalize_gpu_type(spec.gpu_type);
+  if (type == "UNKNOWN") type = spec.gpu_type;
+  std::vector<env::Gpu> gpus(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    gpus[static_cast<std::size_t>(i)].index = i;
+    gpus[static_cast<std::size_t>(i)].type = type;
+    gpus[static_cast<std::size_t>(i)].name = "not checked: discovered on the node at launch";
+  }
+  return gpus;
+}
+
+std::string origin_text(const Origin& o) {
+  if (o.kind == Origin::Kind::File) return fmt::format("{}:{}:{}", o.name, o.line, o.column);
+  if (o.kind == Origin::Kind::Environment) return "$" + o.name;
+  return o.name;
+}
+
+nlohmann::json value_json(const Setting& s) {
+  if (s.key.starts_with("env.") && env::is_secret_name(s.key.substr(4))) return "****";
+  return std::visit([](const auto& v) { return nlohmann::json(v); }, s.value);
+}
+
+std::string value_text(const Setting& s) {
+  if (s.key.starts_with("env.")) return "\"" + env::mask_secret(s.key.substr(4), std::get<std::string>(s.value)) + "\"";
+  return value_json(s).dump();
+}
+
+std::vector<const RankPlan*> all_ranks(const DryRun& d) {
+  std::vector<const RankPlan*> out;
+  for (const auto& n : d.nodes)
+    for (const auto& r : n.plan.ranks) out.push_back(&r);
+  return out;
+}
+
+// Variables whose value differs between ranks: shown per rank, the rest once.
+std::set<std::string> varying(const std::vector<const RankPlan*>& ranks) {
+  std::set<std::string> names;
+  const auto& first = ranks.front()->env;
+  for (const auto* r : ranks) {
+    for (const auto& [k, v] : r->env)
+      if (auto it = first.find(k); it == first.end() || it->second != v) names.insert(k);
+    for (const auto& [k, v] : first)
+      if (!r->env.contains(k)) names.insert(k);
+  }
+  return names;
+}
+
+std::string devices_text(const LaunchPlan& plan, const RankPlan& rank) {
+  if (rank.gpus.empty()) return "CPU";
+  std::string out;
+  for (int idx : rank.gpus)
+    for (const auto& g : plan.gpus)
+      if (g.index == idx)
+        out += fmt::format("{}GPU {} ({}{}{})", out.empty() ? "" : ", ", idx, g.type,
+                           g.name.empty() ? "" : ", " + g.name, g.pci_bus_id.empty() ? "" : ", " + g.pci_bus_id);
+  return out;
+}
+
+}  // namespace
+
+DryRun make_dry_run(const ResolvedSpec& resolved, const DryRunInputs& in) {
+  const JobSpec& spec = resolved.spec;
+  DryRun d;
+  d.config = in.config;
+  d.backend = spec.backend;
+  d.gpu_bind = spec.gpu_bind == GpuBind::PerRank ? "per-rank" : "node";
+  d.settings = resolved.settings;
+  d.notes = resolved.notes;
+  d.master_port_fixed = spec.master_port.has_value();
+  int nodes = std::max(1, spec.nodes);
+  int local_node = spec.backend == "local" ? spec.rendezvous.node_rank.value_or(0) : -1;
+  std::string master_addr = spec.rendezvous.master_addr;
+  if (master_addr.empty() && nodes > 1)
+    master_addr =
+        spec.backend == "ssh" && !spec.ssh.hosts.empty() ? host_name(spec.ssh.hosts.front()) : "<address of node 0>";
+  for (int k = 0; k < nodes; ++k) {
+    NodePlan node;
+    node.node_rank = k;
+    node.host = node_host(spec, k, local_node);
+    PlanInputs pi;
+    pi.cwd = in.cwd;
+    pi.executable = in.executable;
+    pi.run_id = kRunId;
+    pi.run_dir = (std::filesystem::path(in.runs_root) / kRunId).string();
+    pi.master_port = spec.master_port.value_or(0);
+    pi.node_rank = k;
+    pi.master_addr = master_addr;
+    if (k == local_node) {
+      pi.inventory = in.inventory;
+      pi.inherited = in.inherited;  // a remote rank inherits its node's environment, not ours
+      node.gpus_checked = true;
+    } else {
+      pi.inventory = assumed_gpus(spec);
+    }
+    node.plan = make_plan(spec, pi);
+    if (!d.master_port_fixed)
+      for (auto& r : node.plan.ranks) r.env["MASTER_PORT"] = kFreePort;
+    d.nodes.push_back(std::move(node));
+  }
+  return d;
+}
+
+std::string dry_run_text(const DryRun& d) {
+  const auto& first = d.nodes.front().plan;
+  auto ranks = all_ranks(d);
+  std::string out = "sgpu launch --dry-run: the plan; nothing was started\n";
+  auto line = [&](const char* what, const std::string& text) { out += fmt::format("  {:<10}{}\n", what, text); };
+  if (!d.config.empty()) line("config", d.config);
+  line("command", env::shell_join(first.argv));
+  line("cwd", first.cwd);
+  line("nodes", fmt::format("{} ({} backend)", d.nodes.size(), d.backend));
+  line("ranks", fmt::format("{} in all, {} per node", ranks.size(), first.ranks.size()));
+  if (first.gpus.empty())
+    line("devices", "CPU ranks, no GPUs");
+  else
+    line("devices", fmt::format("one {} GPU per rank, {}", first.gpu_type,
+                                d.gpu_bind == "per-rank"
+                                    ? "bound per rank (each rank sees only its own GPU)"
+                                    : "bound per node (every rank sees the node's GPUs; LOCAL_RANK picks one)"));
+  line("timeout",
+       fmt::format("{}, then SIGTERM and SIGKILL after {}",
+                   first.timeout ? env::format_duration(*first.timeout) : "none", env::format_duration(first.grace)));
+  line("master", fmt::format("{}:{}", first.master_addr,
+                             d.master_port_fixed ? std::to_string(first.master_port) : std::string(kFreePort)));
+  line("run dir", first.run_dir);
+  if (!d.settings.empty()) {
+    out += "\nsettings (where each value came from):\n";
+    for (const auto& s : d.settings)
+      out += fmt::format("  {} = {}  ({})\n", s.key, value_text(s), origin_text(s.origin));
+  }
+  for (const auto& note : d.notes) out += fmt::format("note: {}\n", note);
+  for (const auto& node : d.nodes) {
+    out += fmt::format("\nnode {}: {}{}\n", node.node_rank, node.host,
+                       node.gpus_checked ? "" : " (its GPUs and environment are checked there at launch)");
+    for (const auto& r : node.plan.ranks)
+      out += fmt::format("  rank {:<4} local {:<3} {}\n", r.place.rank, r.place.local_rank, devices_text(node.plan, r));
+  }
+  auto differ = varying(ranks);
+  out += "\nenvironment of every rank (secrets masked):\n";
+  for (const auto& [k, v] : ranks.front()->env)
+    if (!differ.contains(k)) out += fmt::format("  {}={}\n", k, env::mask_secret(k, v));
+  out += "environment that differs per rank:\n";
+  for (const auto* r : ranks) {
+    out += fmt::format("  rank {}:", r->place.rank);
+    for (const auto& [k, v] : r->env)
+      if (differ.contains(k)) out += fmt::format(" {}={}", k, env::mask_secret(k, v));
+    out += "\n";
+  }
+  return out;
+}
+
+std::string dry_run_json(const DryRun& d) {
+  using nlohmann::json;
+  const auto& first = d.nodes.front().plan;
+  json doc;
+  doc["dry_run"] = true;
+  doc["config"] = d.config.empty() ? json(nullptr) : json(d.config);
+  doc["backend"] = d.backend;
+  doc["command"] = first.argv;
+  doc["executable"] = first.executable;
+  doc["cwd"] = first.cwd;
+  doc["gpu_type"] = first.gpu_type;
+  doc["gpu_bind"] = d.gpu_bind;
+  doc["timeout_s"] = first.timeout ? json(first.timeout->count()) : json(nullptr);
+  doc["grace_s"] = first.grace.count();
+  doc["master_addr"] = first.master_addr;
+  doc["master_port"] = d.master_port_fixed ? json(first.master_port) : json(nullptr);
+  doc["run_dir"] = first.run_dir;
+  doc["nodes"] = json::array();
+  doc["ranks"] = json::array();
+  for (const auto& node : d.nodes) {
+    json ranks = json::array();
+    for (const auto& r : node.plan.ranks) {
+      ranks.push_back(r.place.rank);
+      json devices = json::array();
+      for (int idx : r.gpus)
+        for (const auto& g : node.plan.gpus)
+          if (g.index == idx)
+            devices.push_back({{"index", g.index},
+                               {"type", g.type},
+                               {"name", g.name},
+                               {"uuid", g.uuid},
+                               {"pci_bus_id", g.pci_bus_id}});
+      json environment = json::object();
+      for (const auto& [k, v] : r.env) environment[k] = env::mask_secret(k, v);
+      doc["ranks"].push_back({{"rank", r.place.rank},
+                              {"local_rank", r.place.local_rank},
+                              {"node_rank", node.node_rank},
+                              {"host", node.host},
+                              {"devices", devices},
+                              {"env", environment}});
+    }
+    doc["nodes"].push_back(
+        {{"node_rank", node.node_rank}, {"host", node.host}, {"gpus_checked", node.gpus_checked}, {"ranks", ranks}});
+  }
+  doc["world_size"] = doc["ranks"].size();
+  doc["settings"] = json::array();
+  for (const auto& s : d.settings)
+    doc["settings"].push_back({{"key", s.key}, {"value", value_json(s)}, {"from", origin_text(s.origin)}});
+  doc["notes"] = d.notes;
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace sgpu::launcher

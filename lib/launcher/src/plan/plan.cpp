@@ -1,0 +1,190 @@
+#include "sgpu/launcher/plan/plan.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "sgpu/env/command.hpp"
+#include "sgpu/env/error.hpp"
+
+namespace sgpu::launcher {
+namespace fs = std::filesystem;
+
+int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory) {
+  if ((spec.gpus || spec.gpus_per_node) && spec.nproc)
+    throw Error(
+        "--gpus and --nproc exclude each other: --gpus N starts one rank per GPU, "
+        "--nproc N starts N CPU ranks; give one of them");
+  if (spec.gpus_per_node) return *spec.gpus_per_node;
+  if (spec.gpus) {
+    if (*spec.gpus < 1) throw Error(fmt::format("--gpus {}: must be at least 1", *spec.gpus));
+    return *spec.gpus / std::max(1, spec.nodes);
+  }
+  if (spec.nproc) {
+    if (*spec.nproc < 1 || *spec.nproc > 4096)
+      throw Error(fmt::format("--nproc {}: must be between 1 and 4096", *spec.nproc));
+    return *spec.nproc;
+  }
+  int visible = 0;
+  for (const auto& g : inventory) visible += g.visible ? 1 : 0;
+  return visible > 0 ? visible : 1;
+}
+
+void resolve_nproc_mode(JobSpec& spec, const std::vector<env::Gpu>& inventory, int cpus) {
+  if (spec.nproc_mode.empty()) return;
+  int visible = 0;
+  for (const auto& g : inventory) visible += g.visible ? 1 : 0;
+  if (spec.nproc_mode == "gpu" && visible == 0)
+    throw Error(fmt::format("{}: this node has no visible GPUs; give a number of CPU ranks",
+                            where_set(spec, "resources.nproc", "--nproc gpu")));
+  if (spec.nproc_mode == "gpu" || (spec.nproc_mode == "auto" && visible > 0))
+    spec.gpus = visible * spec.nodes;
+  else
+    spec.nproc = cpus;
+  spec.nproc_mode.clear();
+}
+
+LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
+  LaunchPlan plan;
+  int n = rank_count(spec, in.inventory);
+  int nodes = in.nnodes > 0 ? in.nnodes : std::max(1, spec.nodes);
+  bool use_gpus = spec.gpus || spec.gpus_per_node ||
+                  (!spec.nproc &&
+                   std::any_of(in.inventory.begin(), in.inventory.end(), [](const env::Gpu& g) { return g.visible; }));
+  if (!use_gpus && !spec.gpu_type.empty())
+    throw Error(fmt::format("{} needs --gpus N: with --nproc the ranks run on CPUs",
+                            where_set(spec, "resources.gpu_type", "--gpu-type " + spec.gpu_type)));
+  if (use_gpus) {
+    std::string count_where = spec.gpus_per_node ? where_set(spec, "resources.gpus_per_node", "")
+                              : spec.gpus        ? where_set(spec, "resources.gpus", "")
+                                                 : std::string();
+    plan.gpus =
+        env::select_gpus(in.inventory, n, spec.gpu_type, count_where, where_set(spec, "resources.gpu_type", ""));
+    plan.gpu_type = plan.gpus.front().type;
+  }
+  if (spec.master_port && (*spec.master_port < 1 || *spec.master_port > 65535))
+    throw Error(fmt::format("--master-port {}: must be between 1 and 65535", *spec.master_port));
+  plan.timeout = env::parse_duration(spec.timeout, "--timeout");
+  auto grace = env::parse_duration(spec.grace, "--grace");
+  if (!grace) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
+  plan.grace = *grace;
+
+  plan.run_id = in.run_id;
+  plan.run_dir = in.run_dir;
+  plan.executable = in.executable;
+  plan.cwd = in.cwd;
+  plan.master_port = in.master_port;
+  plan.argv = env::build_argv(spec.entrypoint, in.executable);
+
+  env::JobEnvironment job;
+  if (!in.master_addr.empty())
+    job.master_addr = in.master_addr;
+  else if (!spec.rendezvous.master_addr.empty())
+    job.master_addr = spec.rendezvous.master_addr;
+  job.master_port = in.master_port;
+  job.run_id = in.run_id;
+  job.gpu_type = plan.gpu_type;
+  job.extra = spec.env;
+  plan.master_addr = job.master_addr;
+  plan.omp_defaulted = env::omp_threads_defaulted(in.inherited, job);
+
+  std::string node_devices;
+  for (const auto& g : plan.gpus) node_devices += (node_devices.empty() ? "" : ",") + std::to_string(g.index);
+
+  for (int r = 0; r < n; ++r) {
+    RankPlan rank;
+    int global = in.rank_base.value_or(in.node_rank * n) + r;
+    rank.place = {global, r, in.world_size.value_or(n * nodes), n, in.node_rank, nodes};
+    if (!plan.gpus.empty()) {
+      const auto& mine = plan.gpus[static_cast<std::size_t>(r)];
+      rank.gpus = {mine.index};
+      job.cuda_visible_devices = spec.gpu_bind == GpuBind::PerRank ? std::to_string(mine.index) : node_devices;
+    }
+    auto dir = fs::path(plan.run_dir) / "ranks" / std::to_string(global);
+    rank.files.error_file = (dir / "error.json").string();
+    rank.files.result_file = (dir / "result").string();
+    rank.env = env::build_rank_env(in.inherited, job, rank.place, rank.files);
+    plan.ranks.push_back(std::move(rank));
+  }
+  return plan;
+}
+
+namespace {
+
+std::string find_on_path(const std::string& name, const env::Environment& environment) {
+  auto it = environment.find("PATH");
+  std::string path = it == environment.end() ? "/usr/local/bin:/usr/bin:/bin" : it->second;
+  std::stringstream ss(path);
+  std::string dir;
+  std::string first_non_exec;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) dir = ".";
+    auto candidate = fs::path(dir) / name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::access(candidate.c_str(), X_OK) == 0) return fs::absolute(candidate).string();
+    if (first_non_exec.empty()) first_non_exec = candidate.string();
+  }
+  if (!first_non_exec.empty())
+    throw Error(fmt::format("{}: found {} on PATH but it is not executable", name, first_non_exec), kExitNotExecutable);
+  return {};
+}
+
+std::string resolve_executable(const std::string& name, const std::string& cwd, const env::Environment& environment,
+                               const std::string& what) {
+  if (name.find('/') == std::string::npos) {
+    auto found = find_on_path(name, environment);
+    if (found.empty()) throw Error(fmt::format("{} '{}' not found on PATH", what, name), kExitNotFound);
+    return found;
+  }
+  auto p = fs::path(name).is_absolute() ? fs::path(name) : fs::path(cwd) / name;
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) throw Error(fmt::format("{} '{}': no such file", what, name), kExitNotFound);
+  if (!S_ISREG(st.st_mode) || ::access(p.c_str(), X_OK) != 0)
+    throw Error(fmt::format("{} '{}' is not an executable file", what, name), kExitNotExecutable);
+  return p.lexically_normal().string();
+}
+
+}  // namespace
+
+std::string resolve_program(const JobSpec& spec, const env::Environment& environment, const std::string& cwd) {
+  using Kind = env::Entrypoint::Kind;
+  if (spec.entrypoint.kind == Kind::Executable)
+    return resolve_executable(spec.entrypoint.target, cwd, environment, "executable");
+  std::string python = spec.python;
+  std::string source = "--python";
+  if (python.empty()) {
+    if (auto it = environment.find("SGPU_PYTHON"); it != environment.end() && !it->second.empty()) {
+      python = it->second;
+      source = "SGPU_PYTHON";
+    } else {
+      python = "python3";
+      source = "the default";
+    }
+  }
+  std::string resolved;
+  try {
+    resolved = resolve_executable(python, cwd, environment, "Python interpreter");
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} (from {}); pass --python PATH or set SGPU_PYTHON", e.what(), source), e.exit_code());
+  }
+  if (spec.entrypoint.kind == Kind::Script) {
+    auto script = fs::path(spec.entrypoint.target);
+    if (!script.is_absolute()) script = fs::path(cwd) / script;
+    struct stat st {};
+    if (::stat(script.c_str(), &st) != 0)
+      throw Error(fmt::format("script '{}': no such file (looked in {}); to run a program that is not a Python "
+                              "script, use --no-python",
+                              spec.entrypoint.target, cwd),
+                  kExitNotFound);
+    if (::access(script.c_str(), R_OK) != 0)
+      throw Error(fmt::format("script '{}' is not readable", spec.entrypoint.target), kExitNotExecutable);
+  }
+  return resolved;
+}
+
+}  // namespace sgpu::launcher

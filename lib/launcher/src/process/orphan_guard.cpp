@@ -1,0 +1,92 @@
+#include "sgpu/launcher/process/orphan_guard.hpp"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sgpu/env/error.hpp"
+
+namespace sgpu::launcher {
+namespace {
+
+struct Record {
+  int op;  // +1 watch, -1 forget
+  pid_t group;
+};
+
+[[noreturn]] void guardian_main(int fd) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_IGN);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::setpgid(0, 0);  // out of the terminal's foreground group
+  // Hold nothing of sgpu's: no pipe of a rank, no terminal, no socket.
+  int devnull = ::open("/dev/null", O_RDWR);
+  for (int target = 0; target <= 2; ++target) ::dup2(devnull, target);
+  ::dup2(fd, 3);
+  ::close_range(4, ~0U, 0);
+  std::vector<pid_t> groups;
+  Record rec{};
+  for (;;) {
+    ssize_t n = ::read(3, &rec, sizeof rec);
+    if (n == static_cast<ssize_t>(sizeof rec)) {
+      if (rec.op > 0)
+        groups.push_back(rec.group);
+      else
+        std::erase(groups, rec.group);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;  // end of file: sgpu is gone, or done
+  }
+  for (pid_t g : groups) ::kill(-g, SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace
+
+OrphanGuard::OrphanGuard() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0)
+    throw Error(fmt::format("cannot create the orphan guard's pipe: {}", std::strerror(errno)), 1);
+  guardian_ = ::fork();
+  if (guardian_ < 0) {
+    int err = errno;
+    ::close(p[0]);
+    ::close(p[1]);
+    throw Error(fmt::format("cannot fork the orphan guard: {}", std::strerror(err)), 1);
+  }
+  if (guardian_ == 0) {
+    ::close(p[1]);
+    guardian_main(p[0]);
+  }
+  ::close(p[0]);
+  fd_ = p[1];
+}
+
+OrphanGuard::~OrphanGuard() {
+  if (fd_ >= 0) ::close(fd_);
+  if (guardian_ > 0) {
+    while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+void OrphanGuard::send(int op, pid_t process_group) {
+  Record rec{op, process_group};
+  // 8 bytes: below PIPE_BUF, so one write is atomic; the guardian drains at once.
+  while (::write(fd_, &rec, sizeof rec) < 0 && errno == EINTR) {
+  }
+}
+
+void OrphanGuard::watch(pid_t process_group) { send(+1, process_group); }
+void OrphanGuard::forget(pid_t process_group) { send(-1, process_group); }
+
+}  // namespace sgpu::launcher

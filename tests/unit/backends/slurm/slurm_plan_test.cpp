@@ -1,0 +1,134 @@
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "backends/slurm/slurm_launch.hpp"
+#include "sgpu/env/error.hpp"
+
+using sgpu::env::SlurmAllocation;
+using sgpu::launcher::JobSpec;
+using sgpu::launcher::plan_slurm_job;
+using Args = std::vector<std::string>;
+
+namespace {
+JobSpec job() {
+  JobSpec s;
+  s.entrypoint.target = "/work/train.py";
+  s.backend = "slurm";
+  return s;
+}
+SlurmAllocation allocation(Args nodes) { return {"42", std::move(nodes), {}, "gpu"}; }
+}  // namespace
+
+TEST_CASE("launcher::plan_slurm_job inside an allocation") {
+  SUBCASE("every node of the allocation unless --nodes says fewer, node 0 first") {
+    auto s = job();
+    auto p = plan_slurm_job(s, allocation({"gpu07", "gpu08", "gpu10"}));
+    CHECK(p.nnodes == 3);
+    CHECK(p.nodes == Args{"gpu07", "gpu08", "gpu10"});
+    CHECK(p.node_spec.nodes == 3);
+    s.nodes = 2;
+    s.origins["resources.nodes"] = "--nodes 2";
+    p = plan_slurm_job(s, allocation({"gpu07", "gpu08", "gpu10"}));
+    CHECK(p.nodes == Args{"gpu07", "gpu08"});
+    CHECK(p.node_spec.nodes == 2);
+  }
+  SUBCASE("more nodes than the allocation has") {
+    auto s = job();
+    s.nodes = 4;
+    s.origins["resources.nodes"] = "--nodes 4";
+    CHECK_THROWS_WITH_AS(plan_slurm_job(s, allocation({"n1", "n2"})),
+                         "--nodes 4: SLURM job 42 has 2 nodes (n[1-2]); ask for more with salloc/sbatch -N",
+                         sgpu::Error);
+  }
+  SUBCASE("--gpus must split evenly over the nodes") {
+    auto s = job();
+    s.gpus = 3;
+    CHECK_THROWS_WITH_AS(plan_slurm_job(s, allocation({"n1", "n2"})),
+                         doctest::Contains("--gpus 3 does not split evenly over 2 nodes"), sgpu::Error);
+  }
+  SUBCASE("pool and partition settings are for new allocations: said, not used") {
+    auto s = job();
+    s.slurm.pool = "reserved";
+    auto p = plan_slurm_job(s, allocation({"n1"}));
+    REQUIRE(p.notes.size() == 1);
+    CHECK(p.notes[0].find("running inside SLURM job 42") != std::string::npos);
+    CHECK(p.request.partition.empty());
+  }
+}
+
+TEST_CASE("launcher::plan_slurm_job asks for a new allocation") {
+  SUBCASE("nodes, GPUs, limits and the job's name") {
+    auto s = job();
+    s.nodes = 2;
+    s.gpus_per_node = 8;
+    s.timeout = "1h";
+    s.grace = "30s";
+    s.slurm.partition = "a100";
+    s.slurm.account = "ml";
+    s.slurm.constraint = "ib";
+    auto p = plan_slurm_job(s, std::nullopt);
+    CHECK(p.nnodes == 2);
+    CHECK(p.request.nodes == 2);
+    CHECK(p.request.gpus_per_node == 8);
+    CHECK(p.request.partition == "a100");
+    CHECK(p.request.account == "ml");
+    CHECK(p.request.constraint == "ib");
+    // sgpu's timeout + its grace + a minute to start: SLURM never cuts sgpu's own limit short
+    REQUIRE(p.request.time_limit.has_value());
+    CHECK(p.request.time_limit->count() == doctest::Approx(3600 + 30 + 60));
+    CHECK(p.request.job_name == "sgpu:train.py");
+  }
+  SUBCASE("--gpus over nodes, --nproc as CPUs") {
+    auto s = job();
+    s.nodes = 2;
+    s.gpus = 16;
+    CHECK(plan_slurm_job(s, std::nullopt).request.gpus_per_node == 8);
+    s = job();
+    s.nproc = 4;
+    CHECK(plan_slurm_job(s, std::nullopt).request.cpus_per_node == 4);
+  }
+  struct PoolCase {
+    const char* pool;
+    const char* partition;  // given with --partition
+    const char* want_partition;
+    const char* want_qos;
+    const char* error;
+  };
+  const PoolCase cases[] = {
+      {"reserved", "", "res", "res-q", nullptr},
+      {"on-demand", "", "od", "", nullptr},
+      {"reserved", "res", "res", "res-q", nullptr},
+      {"reserved", "other", nullptr, nullptr,
+       "--pool reserved means partition res (slurm.pools.reserved.partition), but --partition other asks for "
+       "another; drop one of them"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.pool);
+    CAPTURE(c.partition);
+    auto s = job();
+    s.slurm.pool = c.pool;
+    s.slurm.partition = c.partition;
+    s.slurm.reserved_partition = "res";
+    s.slurm.reserved_qos = "res-q";
+    s.slurm.on_demand_partition = "od";
+    if (c.error) {
+      CHECK_THROWS_WITH_AS(plan_slurm_job(s, std::nullopt), c.error, sgpu::Error);
+      continue;
+    }
+    auto p = plan_slurm_job(s, std::nullopt);
+    CHECK(p.request.partition == c.want_partition);
+    CHECK(p.request.qos == c.want_qos);
+  }
+  SUBCASE("a pool the spec does not map") {
+    auto s = job();
+    s.slurm.pool = "on-demand";
+    s.origins["slurm.pool"] = "SGPU_POOL=on-demand";
+    CHECK_THROWS_WITH_AS(plan_slurm_job(s, std::nullopt),
+                         doctest::Contains("SGPU_POOL=on-demand: the job spec names no partition or QoS for this "
+                                           "pool; set slurm.pools.on_demand.partition"),
+                         sgpu::Error);
+  }
+}

@@ -1,0 +1,146 @@
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "sgpu/launcher/outputs/run_log.hpp"
+#include "sgpu/launcher/outputs/summary.hpp"
+
+using namespace sgpu::launcher;
+using json = nlohmann::ordered_json;
+using sgpu::env::ExitStatus;
+using sgpu::env::JobEnd;
+
+TEST_CASE("launcher::parse_result") {
+  struct Row {
+    const char* what;
+    std::optional<std::string> content;
+    json result;
+  };
+  const Row rows[] = {
+      {"missing", std::nullopt, nullptr},
+      {"a JSON object", R"({"loss": 0.5, "steps": [1, 2]})", json{{"loss", 0.5}, {"steps", {1, 2}}}},
+      {"a number with a newline", "42\n", 42},
+      {"JSON null written by the rank", "null", nullptr},
+      {"text", "done\n", "done"},
+      {"text without newline", "done", "done"},
+      {"text keeps inner newlines", "a\nb\n\n", "a\nb\n"},
+      {"broken JSON is text", "{\"a\": ", "{\"a\": "},
+      {"empty file", "", ""},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.what);
+    CHECK(parse_result(row.content) == row.result);
+  }
+}
+
+TEST_CASE("launcher::dump_json survives bytes that are not UTF-8") {
+  json doc = {{"result", std::string("ok\xff\xfe")}};
+  auto text = dump_json(doc, -1);
+  CHECK(json::parse(text)["result"] == "ok\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+TEST_CASE("launcher::summary_json") {
+  RunReport rep;
+  rep.run_id = "r1";
+  rep.run_dir = "/runs/r1";
+  rep.end.kind = JobEnd::Kind::RankFailed;
+  rep.end.rank = 1;
+  rep.end.status = ExitStatus::killed(11);
+  rep.exit_code = 139;
+  rep.started = Clock::time_point(std::chrono::seconds(1700000000));
+  rep.ended = rep.started + std::chrono::milliseconds(2500);
+  RankReport r0;
+  r0.rank = 0;
+  r0.host = "n1";
+  r0.pid = 10;
+  r0.status = ExitStatus::killed(15);
+  r0.terminated_by_sgpu = true;
+  r0.started = rep.started;
+  r0.ended = rep.ended;
+  r0.result = json{{"acc", 0.9}};
+  RankReport r1 = r0;
+  r1.rank = 1;
+  r1.pid = 11;
+  r1.status = ExitStatus::killed(11);
+  r1.terminated_by_sgpu = false;
+  r1.result = nullptr;
+  RankReport r2;
+  r2.rank = 2;
+  r2.host = "n1";
+  rep.ranks = {r0, r1, r2};
+  RootCause cause;
+  cause.kind = JobEnd::Kind::RankFailed;
+  cause.rank = 1;
+  cause.message = "rank 1 (pid 11 on n1) was killed by SIGSEGV (signal 11)";
+  cause.source = "stderr";
+  cause.source_path = "/runs/r1/ranks/1/stderr";
+  cause.details = "Fatal Python error: Segmentation fault\n";
+  rep.root_cause = cause;
+
+  auto doc = summary_json(rep, json{{"world_size", 3}});
+  CHECK(doc["version"] == 1);
+  CHECK(doc["run_id"] == "r1");
+  CHECK(doc["status"] == "rank_failed");
+  CHECK(doc["exit_code"] == 139);
+  CHECK(doc["timed_out"] == false);
+  CHECK(doc["started_at"] == "2023-11-14T22:13:20.000Z");
+  CHECK(doc["ended_at"] == "2023-11-14T22:13:22.500Z");
+  CHECK(doc["duration_s"] == 2.5);
+  CHECK(doc["spec"]["world_size"] == 3);
+  CHECK(doc["results"] == json::array({json{{"acc", 0.9}}, nullptr, nullptr}));
+  REQUIRE(doc["ranks"].size() == 3);
+  CHECK(doc["ranks"][0]["signal"] == "SIGTERM");
+  CHECK(doc["ranks"][0]["exit_code"] == nullptr);
+  CHECK(doc["ranks"][0]["verdict"] == "terminated_by_sgpu");
+  CHECK(doc["ranks"][0]["stdout"] == "/runs/r1/ranks/0/stdout");
+  CHECK(doc["ranks"][1]["verdict"] == "failed");
+  CHECK(doc["ranks"][2]["verdict"] == "not_started");
+  CHECK(doc["ranks"][2]["pid"] == nullptr);
+  CHECK(doc["ranks"][2]["duration_s"] == nullptr);
+  const auto& rc = doc["root_cause"];
+  CHECK(rc["reason"] == "rank_failed");
+  CHECK(rc["rank"] == 1);
+  CHECK(rc["pid"] == 11);
+  CHECK(rc["signal"] == "SIGSEGV");
+  CHECK(rc["exit_code"] == nullptr);
+  CHECK(rc["source"] == "stderr");
+  CHECK(rc["details"] == "Fatal Python error: Segmentation fault\n");
+  CHECK(rc["error_file"] == nullptr);
+
+  SUBCASE("a timeout has a root cause without a rank") {
+    rep.end.kind = JobEnd::Kind::TimedOut;
+    rep.exit_code = 124;
+    rep.root_cause = RootCause{JobEnd::Kind::TimedOut, -1, "the job ran past --timeout 1s", "", "sgpu", "", {}};
+    auto t = summary_json(rep, json::object());
+    CHECK(t["timed_out"] == true);
+    CHECK(t["status"] == "timed_out");
+    CHECK(t["root_cause"]["rank"] == nullptr);
+    CHECK(t["root_cause"]["message"] == "the job ran past --timeout 1s");
+  }
+  SUBCASE("success: no root cause") {
+    rep.end = JobEnd{};
+    rep.exit_code = 0;
+    rep.root_cause.reset();
+    CHECK(summary_json(rep, json::object())["root_cause"] == nullptr);
+  }
+}
+
+TEST_CASE("launcher::run_log events") {
+  auto e = rank_exited_event(3, "n1", 77, ExitStatus::killed(9), true, 1.25);
+  CHECK(e == json{{"event", "rank_exited"},
+                  {"rank", 3},
+                  {"host", "n1"},
+                  {"attempt", 0},
+                  {"pid", 77},
+                  {"exit_code", nullptr},
+                  {"signal", "SIGKILL"},
+                  {"terminated_by_sgpu", true},
+                  {"duration_s", 1.25}});
+  JobEnd end;
+  end.kind = JobEnd::Kind::Interrupted;
+  end.signal = 2;
+  CHECK(teardown_event(end) == json{{"event", "teardown"}, {"reason", "interrupted"}, {"signal", "SIGINT"}});
+  end.kind = JobEnd::Kind::RankFailed;
+  end.rank = 4;
+  CHECK(teardown_event(end) == json{{"event", "teardown"}, {"reason", "rank_failed"}, {"rank", 4}});
+}
