@@ -5,11 +5,13 @@
 #include <csignal>
 #include <filesystem>
 
-#include "backends/slurm/slurm_job.hpp"
 #include "commands.hpp"
-#include "multinode.hpp"
+#include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/backend.hpp"
+#include "sgpu/launcher/job/agent.hpp"
 #include "sgpu/rendezvous/auth.hpp"
+#include "sgpu/rendezvous/endpoint.hpp"
 
 namespace sgpu::app {
 
@@ -46,25 +48,16 @@ Command add_agent_command(CLI::App& app) {
     o.launcher = rendezvous::parse_endpoint(flags->rdzv, "--rdzv");
     o.node_rank = flags->node_rank;
     o.node_name = flags->node_name;
-    o.join_timeout = parse_limit(flags->join_timeout, "--join-timeout");
+    o.join_timeout = env::parse_limit(flags->join_timeout, "--join-timeout");
     o.environment = inherited;
-    if (flags->slurm_step) {
-      if (flags->node_rank) throw Error("--slurm-step takes the node rank from SLURM_NODEID; drop --node-rank");
-      auto id = env::slurm_step_identity(inherited);
-      o.node_rank = id.node_rank;
-      if (o.node_name.empty()) o.node_name = id.node_name;
-      // The address srun reached this node from is one this node reaches the launcher's host by.
-      if (!id.launcher_addr.empty()) o.launcher.host = id.launcher_addr;
-      if (auto devices = env::slurm_visible_devices(inherited)) o.environment["CUDA_VISIBLE_DEVICES"] = *devices;
-      o.slurm_step = true;
-    }
+    if (flags->slurm_step) launcher::find_backend("slurm")->configure_agent(o, inherited);
     o.watch_stdin = flags->watch_stdin;
     if (o.watch_stdin && flags->secret_file == "-")
       throw Error("--watch-stdin and --rdzv-secret-file - both want standard input; give the secret another way");
     o.cwd = std::filesystem::current_path().string();
     auto secret = rendezvous::find_secret(inherited, flags->secret_file, "--rdzv-secret-file");
     std::signal(SIGPIPE, SIG_IGN);
-    return finish_agent(launcher::run_agent(std::move(o), std::move(secret)));
+    return launcher::report_agent_result(launcher::run_agent(std::move(o), std::move(secret)));
   };
 }
 

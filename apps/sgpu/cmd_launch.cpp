@@ -1,29 +1,15 @@
 // `sgpu launch [options] (script.py | -m module | --no-python program) [args...]`
 #include <cctype>
-#include <csignal>
 #include <deque>
 #include <filesystem>
-#include <memory>
-#include <thread>
 
 #include <fmt/format.h>
-#include <boost/asio/io_context.hpp>
 
 #include "commands.hpp"
-#include "launch_slurm.hpp"
-#include "multinode.hpp"
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/devices/devices.hpp"
-#include "sgpu/launcher/outputs/console.hpp"
-#include "sgpu/launcher/outputs/outputs.hpp"
-#include "sgpu/launcher/plan/dry_run.hpp"
-#include "sgpu/launcher/plan/plan.hpp"
-#include "sgpu/launcher/plan/run_dir.hpp"
-#include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/launcher/launch.hpp"
 #include "sgpu/launcher/spec/spec_load.hpp"
-#include "sgpu/rendezvous/port_reservation.hpp"
-#include "ssh_launch.hpp"
 
 namespace sgpu::app {
 namespace {
@@ -102,39 +88,6 @@ launcher::ResolvedSpec resolve(const LaunchFlags& f, const std::vector<std::stri
   return resolved;
 }
 
-// What the launch cannot do yet, said before anything starts.
-void check_available(const launcher::JobSpec& spec) {
-  if (spec.backend != "local" && spec.backend != "ssh" && spec.backend != "slurm")
-    throw Error(fmt::format("{}: the {} backend is not available yet; --dry-run shows its plan",
-                            where_set(spec, "resources.backend", "--backend " + spec.backend), spec.backend));
-}
-
-// The program each rank runs. Remote nodes resolve their own, at launch.
-std::string planned_program(const launcher::JobSpec& spec, const env::Environment& inherited, const std::string& cwd) {
-  if (spec.backend == "local") return launcher::resolve_program(spec, inherited, cwd);
-  if (spec.entrypoint.kind == env::Entrypoint::Kind::Executable) return spec.entrypoint.target;
-  return spec.python.empty() ? "python3" : spec.python;
-}
-
-int dry_run(launcher::ResolvedSpec& resolved, const LaunchFlags& f, const env::Environment& inherited,
-            const launcher::Discovery& discovery, const std::string& cwd) {
-  launcher::DryRunInputs in;
-  in.inventory = discovery.gpus;
-  in.inherited = inherited;
-  in.cwd = cwd;
-  in.config = f.config;
-  in.runs_root = resolved.spec.log_dir.empty() ? launcher::default_runs_root(inherited)
-                                               : std::filesystem::absolute(resolved.spec.log_dir).string();
-  try {
-    in.executable = planned_program(resolved.spec, inherited, cwd);
-  } catch (const Error& e) {
-    throw Error(e.what(), kExitUsage);  // a dry run reports problems with 2, whatever they are
-  }
-  auto plan = launcher::make_dry_run(resolved, in);
-  fmt::print("{}", resolved.spec.output_format == "json" ? launcher::dry_run_json(plan) : launcher::dry_run_text(plan));
-  return 0;
-}
-
 int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   check_entrypoint_words(rest);
   if (f.max_restarts != 0)
@@ -142,52 +95,16 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
         fmt::format("--max-restarts {}: restarts are not available yet; sgpu reports the first "
                     "failure at once (use 0 or drop the option)",
                     f.max_restarts));
-  auto inherited = env::current_environment();
-  auto resolved = resolve(f, rest, inherited);
-  auto& spec = resolved.spec;
-  for (const auto& note : resolved.notes) fmt::print(stderr, "sgpu: note: {}\n", note);
-  auto cwd = std::filesystem::current_path().string();
-  if (!f.dry_run && use_slurm_backend(spec, inherited)) return run_slurm_launch(spec, inherited, cwd);
-  launcher::Discovery discovery;
-  if (spec.backend == "local") {  // remote nodes discover their own GPUs
-    discovery = launcher::discover_gpus(inherited);
-    launcher::resolve_nproc_mode(spec, discovery.gpus,
-                                 static_cast<int>(std::max(1U, std::thread::hardware_concurrency())));
-  }
-  if (f.dry_run) return dry_run(resolved, f, inherited, discovery, cwd);
-  check_available(spec);
-  if (spec.backend == "ssh") return run_ssh_launch(spec, inherited, cwd);
-  if (auto multi = static_launch_from(spec, inherited, cwd)) return run_static(*multi, discovery);
-
-  launcher::PlanInputs in;
-  in.inventory = discovery.gpus;
-  in.inherited = inherited;
-  in.cwd = cwd;
-  int ranks = launcher::rank_count(spec, in.inventory);  // validates before anything is created
-  launcher::check_output_options(spec, ranks);
-  in.executable = launcher::resolve_program(spec, inherited, cwd);
-  in.run_id = launcher::make_run_id();
-  rendezvous::PortReservation port(spec.master_port.value_or(0));
-  in.master_port = port.port();
-  std::string root = spec.log_dir.empty() ? launcher::default_runs_root(inherited) : spec.log_dir;
-  // Validate the whole plan before touching the disk.
-  in.run_dir = (std::filesystem::absolute(root) / in.run_id).string();
-  auto plan = launcher::make_plan(spec, in);
-  launcher::create_run_dir(root, in.run_id, ranks);
-
-  if (plan.omp_defaulted && ranks > 1)
-    fmt::print(stderr,
-               "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "
-               "set OMP_NUM_THREADS to tune it\n");
-
-  std::vector<launcher::RankLaunch> launches;
-  for (const auto& r : plan.ranks) launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd});
-
-  std::signal(SIGPIPE, SIG_IGN);
-  boost::asio::io_context io(1);
-  launcher::JobOutputs outputs(io, spec, plan, inherited);
-  launcher::Supervisor supervisor(io, outputs.observer(), {plan.timeout, plan.grace});
-  return outputs.finish(supervisor.run(launches));
+  launcher::LaunchRequest request;
+  request.inherited = env::current_environment();
+  request.resolved = resolve(f, rest, request.inherited);
+  for (const auto& note : request.resolved.notes) fmt::print(stderr, "sgpu: note: {}\n", note);
+  request.cwd = std::filesystem::current_path().string();
+  request.config = f.config;
+  std::error_code ec;
+  request.self_exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (f.dry_run) return launcher::dry_run(std::move(request));
+  return launcher::launch(std::move(request));
 }
 
 }  // namespace

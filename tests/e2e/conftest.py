@@ -68,3 +68,26 @@ def pid_alive(pid):
 
 def python_program(name):
     return str(PROGRAMS / name)
+
+
+def newest_summary(home):
+    """summary.json of the newest run under SGPU_HOME `home` (a path or an env dict)."""
+    import json
+    if isinstance(home, dict):
+        home = home["SGPU_HOME"]
+    runs = sorted(pathlib.Path(home, "runs").glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
+    assert runs, f"no summary.json under {home}/runs"
+    return json.loads(runs[-1].read_text())
+
+
+def assert_one_exit_code(returncode, home=None, stdout=None):
+    """What a user checks: sgpu's exit code, summary.json's and `-o json`'s are one number."""
+    import json
+    if stdout is not None:
+        doc = json.loads(stdout)
+        assert doc["exit_code"] == returncode, doc
+        assert doc["root_cause"] is not None or returncode == 0, doc
+    if home is not None:
+        summary = newest_summary(home)
+        assert summary["exit_code"] == returncode, summary
+        assert (summary["root_cause"] is None) == (returncode == 0), summary

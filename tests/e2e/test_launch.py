@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, TORCH_PYTHON, pid_alive, python_program
+from conftest import ROOT, TORCH_PYTHON, pid_alive, python_program, assert_one_exit_code
 
 TORCHRUN_VARS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                  "GROUP_WORLD_SIZE", "NNODES", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
@@ -105,8 +105,9 @@ def test_ddp_example_matches_the_same_script_started_by_hand(sgpu, tmp_path):
 def test_exit_code_is_the_failing_ranks_own(sgpu, command, code):
     # Only rank 1 fails; the others succeed at once.
     script = f'if [ "$RANK" = 1 ]; then {command}; fi; exit 0'
-    res = sgpu.run("launch", "--nproc", 3, "--no-python", "sh", "-c", script)
+    res = sgpu.run("launch", "-o", "json", "--nproc", 3, "--no-python", "sh", "-c", script)
     assert res.returncode == code, res.stderr
+    assert_one_exit_code(res.returncode, home=sgpu.env, stdout=res.stdout)
     if code:
         assert "rank 1 failed first" in res.stderr
 
@@ -115,8 +116,9 @@ def test_entrypoint_not_found_is_127_with_a_sentence(sgpu):
     res = sgpu.run("launch", "--nproc", 2, "missing_script.py")
     assert res.returncode == 127
     assert "sgpu: error: script 'missing_script.py': no such file" in res.stderr
-    res = sgpu.run("launch", "--nproc", 2, "--no-python", "no-such-program-xyz")
+    res = sgpu.run("launch", "-o", "json", "--nproc", 2, "--no-python", "no-such-program-xyz")
     assert res.returncode == 127
+    assert_one_exit_code(127, stdout=res.stdout)
     assert "executable 'no-such-program-xyz' not found on PATH" in res.stderr
     res = sgpu.run("launch", "--nproc", 1, "--python", "/nonexistent/python", "x.py")
     assert res.returncode == 127
@@ -134,8 +136,9 @@ def test_entrypoint_not_executable_is_126(sgpu, tmp_path):
 
 def test_timeout_tears_down_and_exits_124(sgpu):
     t0 = time.monotonic()
-    res = sgpu.run("launch", "--nproc", 2, "--timeout", "1s", "--no-python", "sleep", "30")
+    res = sgpu.run("launch", "-o", "json", "--nproc", 2, "--timeout", "1s", "--no-python", "sleep", "30")
     assert res.returncode == 124, res.stderr
+    assert_one_exit_code(124, home=sgpu.env, stdout=res.stdout)
     assert time.monotonic() - t0 < 10
     assert "timed out after 1s" in res.stderr
 
@@ -204,6 +207,7 @@ def test_signals_to_sgpu_reach_every_rank(sgpu, tmp_path, sig, code):
     p.send_signal(sig)
     _, err = p.communicate(timeout=30)
     assert p.returncode == code, err
+    assert_one_exit_code(code, home=sgpu.env)
     for r in range(3):
         assert (out / f"sig-{r}.txt").read_text().split() == [signal.Signals(sig).name]
     assert f"interrupted by {signal.Signals(sig).name}" in err

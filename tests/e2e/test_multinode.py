@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, TORCH_PYTHON, python_program
+from conftest import ROOT, TORCH_PYTHON, assert_one_exit_code, newest_summary, python_program
 from multinode import agent, all_dead, free_port, make_secret_file, read_pids, static_node, wait_for
 
 WRITE_PID = 'echo $$ > "$OUT_DIR/pid-$RANK"; '
@@ -123,6 +123,7 @@ def test_the_first_failure_on_any_node_stops_every_node(sgpu, rdzv, out):
     _, e1 = a1.communicate(timeout=60)
     assert n0.returncode == 7, e0
     assert a1.returncode == 7, e1
+    assert_one_exit_code(7, home=sgpu.env)
     assert "rank 3 (nodeb) failed first: exit 7; 3 other ranks stopped by sgpu (exit code 7)" in e0
     assert time.monotonic() - t0 < 10
     assert all_dead(pids)
@@ -156,6 +157,7 @@ def test_a_signal_to_an_agent_stops_the_whole_job_and_names_its_node(sgpu, rdzv,
     _, e0 = n0.communicate(timeout=30)
     a1.communicate(timeout=30)
     assert n0.returncode == 143, e0
+    assert_one_exit_code(143, home=sgpu.env)
     assert "interrupted by SIGTERM on nodeb" in e0
     assert all_dead(pids)
 
@@ -168,6 +170,7 @@ def test_the_timeout_reaches_every_node(sgpu, rdzv):
     a1.communicate(timeout=30)
     assert n0.returncode == 124, e0
     assert a1.returncode == 124
+    assert_one_exit_code(124, home=sgpu.env)
     assert "timed out after 2s" in e0
 
 
@@ -182,6 +185,8 @@ def test_a_killed_agent_is_detected_at_once_and_named(sgpu, rdzv, out):
     a1.kill()
     _, e0 = n0.communicate(timeout=30)
     assert n0.returncode == 1, e0
+    assert_one_exit_code(1, home=sgpu.env)
+    assert newest_summary(sgpu.env)["status"] == "node_lost"
     assert "node nodeb was lost" in e0
     assert time.monotonic() - t0 < 2
     assert all_dead(pids)

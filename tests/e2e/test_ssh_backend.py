@@ -14,7 +14,7 @@ import time
 import pytest
 
 import ssh_hosts
-from conftest import ROOT, TORCH_PYTHON, python_program, sgpu_bin
+from conftest import ROOT, TORCH_PYTHON, assert_one_exit_code, python_program, sgpu_bin
 from ssh_hosts import SshHosts
 
 pytestmark = pytest.mark.skipif(ssh_hosts.usable() is not None, reason=str(ssh_hosts.usable()))
@@ -142,9 +142,12 @@ def test_secret_is_on_no_command_line(sgpu, tmp_path):
 
 def test_an_unreachable_host_is_named_and_exits_255(sgpu):
     with SshHosts(1, host_env={0: WITH_SGPU}) as hosts:
-        res = launch(hosts, sgpu, "--hosts", f"{hosts.hosts[0].addr},{hosts.unused_addr()}", "--nproc", 1,
-                     "--ssh-connect-timeout", 2, "--no-python", "sleep", "30")
+        res = launch(hosts, sgpu, "-o", "json", "--hosts", f"{hosts.hosts[0].addr},{hosts.unused_addr()}", "--nproc",
+                     1, "--ssh-connect-timeout", 2, "--no-python", "sleep", "30")
         assert res.returncode == 255, res.stderr
+        # A run that could not start still answers: -o json and summary.json say 255 too.
+        assert_one_exit_code(255, home=sgpu.env, stdout=res.stdout)
+        assert json.loads(res.stdout)["status"] == "not_started"
         assert f"cannot reach {hosts.unused_addr()} (--hosts entry 2) over ssh" in res.stderr
         assert job_processes(hosts.hosts[0]) == []
 
@@ -220,6 +223,7 @@ def test_an_agent_killed_by_hand_ends_the_job_everywhere(sgpu):
         _, err = p.communicate(timeout=120)
         assert p.returncode == 137, err
         assert victim.addr in err and "SIGKILL" in err
+        assert_one_exit_code(137, home=sgpu.env)
         for h in hosts.hosts:
             assert job_processes(h) == [], h.name
 

@@ -74,4 +74,10 @@ std::string format_duration(Seconds d) {
   return out;
 }
 
+Seconds parse_limit(std::string_view text, const std::string& where) {
+  auto d = parse_duration(text, where);
+  if (!d || d->count() <= 0) throw Error(fmt::format("{}: give a limit, e.g. 10s", where));
+  return *d;
+}
+
 }  // namespace sgpu::env

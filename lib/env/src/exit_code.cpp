@@ -48,9 +48,65 @@ int job_exit_code(const JobEnd& end) {
     case JobEnd::Kind::SpawnFailed:
       return end.spawn_errno == ENOENT ? kExitNotFound : kExitNotExecutable;
     case JobEnd::Kind::NodeLost:
-      return 1;
+      return end.code.value_or(1);
+    case JobEnd::Kind::StoppedByScheduler:
+      if (end.time_limit) return kExitTimeout;
+      return 128 + (end.signal > 0 ? end.signal : SIGTERM);
+    case JobEnd::Kind::NotStarted:
+      return end.code.value_or(1);
   }
   return 1;
+}
+
+const char* job_end_name(JobEnd::Kind kind) {
+  switch (kind) {
+    case JobEnd::Kind::Completed:
+      return "completed";
+    case JobEnd::Kind::RankFailed:
+      return "rank_failed";
+    case JobEnd::Kind::TimedOut:
+      return "timed_out";
+    case JobEnd::Kind::Interrupted:
+      return "interrupted";
+    case JobEnd::Kind::SpawnFailed:
+      return "spawn_failed";
+    case JobEnd::Kind::NodeLost:
+      return "node_lost";
+    case JobEnd::Kind::StoppedByScheduler:
+      return "stopped_by_scheduler";
+    case JobEnd::Kind::NotStarted:
+      return "not_started";
+  }
+  return "unknown";
+}
+
+std::string describe_end(const JobEnd& end) {
+  auto on = [&] { return end.host.empty() ? std::string() : " on " + end.host; };
+  switch (end.kind) {
+    case JobEnd::Kind::Completed:
+      return "every rank exited 0";
+    case JobEnd::Kind::RankFailed:
+      return fmt::format("rank {}{} failed first: {}", end.rank, end.host.empty() ? "" : fmt::format(" ({})", end.host),
+                         end.status.describe());
+    case JobEnd::Kind::TimedOut:
+      return "the job timed out";
+    case JobEnd::Kind::Interrupted:
+      return fmt::format("interrupted by {}{}", signal_name(end.signal), on());
+    case JobEnd::Kind::SpawnFailed:
+      return fmt::format("cannot start rank {}{}: {}", end.rank, on(), end.reason);
+    case JobEnd::Kind::NodeLost:
+      return fmt::format("node {} was lost: {}", end.host, end.reason);
+    case JobEnd::Kind::StoppedByScheduler:
+      return end.reason.empty() ? std::string("the scheduler stopped the job") : end.reason;
+    case JobEnd::Kind::NotStarted:
+      return end.reason.empty() ? std::string("the job could not start") : end.reason;
+  }
+  return "the job ended";
+}
+
+std::string describe_end_and_code(const JobEnd& end) {
+  if (end.kind == JobEnd::Kind::Completed) return describe_end(end);
+  return fmt::format("{} (exit code {})", describe_end(end), job_exit_code(end));
 }
 
 RankVerdict rank_verdict(const std::optional<ExitStatus>& status, bool terminated_by_sgpu) {

@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <fmt/format.h>
 
-#include "backends/slurm/slurm_job.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/job/events.hpp"
@@ -118,6 +118,8 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
           throw Error(fmt::format("the job's working directory {} does not exist here", cwd), 1);
       }
       discovery = discover_gpus(options.environment);
+      // --nproc gpu/auto/cpu means this node's GPUs or CPUs: resolved here, where they are.
+      resolve_nproc_mode(spec, discovery.gpus, static_cast<int>(std::max(1U, std::thread::hardware_concurrency())));
       local_ranks = rank_count(spec, discovery.gpus);
       executable = resolve_program(spec, options.environment, cwd);
       make_plan(spec, inputs(0, "127.0.0.1"));  // everything but the placement checked before joining
@@ -164,8 +166,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       return;
     }
     for (auto& r : plan.ranks) {
-      if (options.slurm_step)
-        for (auto& [name, value] : env::slurm_rank_environment(r.place)) r.env[name] = value;
+      if (options.rank_environment) options.rank_environment(r.place, r.env);
       launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd});
       files[r.place.rank] = r.files;
     }
@@ -302,6 +303,12 @@ AgentResult run_agent(AgentOptions options, rendezvous::Secret secret) {
   agent.start([&result](const AgentResult& r) { result = r; });
   io.run();
   return result;
+}
+
+int report_agent_result(const AgentResult& result) {
+  if (!result.finished) throw Error(result.message, result.exit_code);
+  if (result.exit_code != 0) fmt::print(stderr, "sgpu: the run ended: {}\n", result.message);
+  return result.exit_code;
 }
 
 }  // namespace sgpu::launcher

@@ -8,13 +8,13 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/rendezvous/server.hpp"
 
 namespace sgpu::launcher {
@@ -43,33 +43,17 @@ void allow_connections(int nnodes) {
   ::setrlimit(RLIMIT_NOFILE, &lim);
 }
 
-std::string on_host(const std::string& host) { return host.empty() ? "" : fmt::format(" on {}", host); }
-
 }  // namespace
 
-std::string describe_end(const env::JobEnd& end, int exit_code) {
-  using Kind = env::JobEnd::Kind;
-  switch (end.kind) {
-    case Kind::Completed:
-      return "every rank exited 0";
-    case Kind::RankFailed:
-      return fmt::format("rank {}{} failed first: {} (exit code {})", end.rank,
-                         end.host.empty() ? "" : fmt::format(" ({})", end.host), end.status.describe(), exit_code);
-    case Kind::TimedOut:
-      return fmt::format("the job timed out (exit code {})", exit_code);
-    case Kind::Interrupted:
-      return fmt::format("interrupted by {}{} (exit code {})", env::signal_name(end.signal), on_host(end.host),
-                         exit_code);
-    case Kind::SpawnFailed:
-      return fmt::format("cannot start rank {}{}: {} (exit code {})", end.rank, on_host(end.host), end.reason,
-                         exit_code);
-    case Kind::NodeLost:
-      return fmt::format("node {} was lost: {} (exit code {})", end.host, end.reason, exit_code);
-  }
-  return fmt::format("exit code {}", exit_code);
+NodeLimits node_limits(const JobSpec& spec) {
+  const auto& r = spec.rendezvous;
+  return {
+      env::parse_limit(r.join_timeout, where_set(spec, "rendezvous.join_timeout", "--join-timeout " + r.join_timeout)),
+      env::parse_limit(r.heartbeat_timeout,
+                       where_set(spec, "rendezvous.heartbeat_timeout", "--heartbeat-timeout " + r.heartbeat_timeout))};
 }
 
-struct ClusterJob::Impl : rdzv::ServerHandler {
+struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   enum class NodeState { Running, Done, Lost };
 
   asio::io_context& io;
@@ -82,9 +66,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
   std::string run_dir;
   rdzv::Secret secret;
   std::unique_ptr<rdzv::RendezvousServer> server;
-  asio::signal_set signals;
-  asio::steady_timer timeout_timer;
-  asio::steady_timer grace_timer;
+  std::unique_ptr<JobControl> control;  // made once the spec's durations are read
   asio::steady_timer progress_timer;
   const ClusterJob::ObserverFactory* make_observer = nullptr;
   JobObserver* observer = nullptr;
@@ -94,7 +76,6 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
   JobOutcome outcome;
   std::size_t joined = 0;
   bool started = false;
-  bool tearing_down = false;
   bool finished = false;
   std::optional<std::pair<std::string, int>> failure;
 
@@ -104,9 +85,6 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
         options(std::move(o)),
         cwd(std::move(dir)),
         secret(options.secret ? *options.secret : rdzv::Secret::generate()),
-        signals(io_),
-        timeout_timer(io_),
-        grace_timer(io_),
         progress_timer(io_) {
     if (options.nnodes < 1) throw Error(fmt::format("--nnodes {}: must be at least 1", options.nnodes));
     allow_connections(options.nnodes);
@@ -115,6 +93,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
     auto g = env::parse_duration(spec.grace, "--grace");
     if (!g) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
     grace = *g;
+    control = std::make_unique<JobControl>(io, JobControlOptions{timeout, grace, true}, *this);
     run_id = make_run_id();
     auto root = spec.log_dir.empty() ? default_runs_root(inherited) : spec.log_dir;
     run_dir = create_run_dir(root, run_id, 0);
@@ -180,15 +159,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
       return;
     }
     observer->on_nodes_placed(placement);
-    if (timeout) {
-      timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(*timeout));
-      timeout_timer.async_wait([this](boost::system::error_code ec) {
-        if (ec || tearing_down || finished) return;
-        env::JobEnd end;
-        end.kind = env::JobEnd::Kind::TimedOut;
-        teardown(end, SIGTERM);
-      });
-    }
+    control->start();
   }
 
   void on_failed(const std::string& message, int exit_code) override {
@@ -262,30 +233,22 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
     auto& rec = outcome.ranks[m.rank];
     rec.status = m.status;
     rec.ended = Clock::now();
-    bool failed = !m.status.success();
-    rec.terminated_by_sgpu = m.terminated_by_sgpu || (failed && tearing_down);
+    rec.terminated_by_sgpu = m.terminated_by_sgpu || (!m.status.success() && control->stopping());
     observer->on_rank_exited(static_cast<int>(m.rank), m.status, rec.terminated_by_sgpu);
-    if (failed && !tearing_down) {
-      env::JobEnd end;
-      end.kind = env::JobEnd::Kind::RankFailed;
-      end.rank = static_cast<int>(m.rank);
-      end.status = m.status;
-      end.host = node_name(node);
-      teardown(end, SIGTERM);
-    }
+    control->rank_exited(static_cast<int>(m.rank), m.status, node_name(node));
   }
 
   void handle(std::uint32_t node, rdzv::NodeTeardown& m) {
     using Kind = env::JobEnd::Kind;
-    if (tearing_down) return;
+    if (control->stopping()) return;
     auto cause = m.cause;
     cause.host = node_name(node);
     if (cause.kind == Kind::Interrupted) {
-      teardown(cause, SIGTERM);  // the node got a signal (scancel, ssh hangup): the whole job stops
+      control->stop(cause, SIGTERM);  // the node got a signal (scancel, ssh hangup): the whole job stops
     } else if (cause.kind == Kind::SpawnFailed) {
       cause.reason = m.detail;
       outcome.spawn_error = m.detail;
-      teardown(cause, SIGTERM);
+      control->stop(cause, SIGTERM);
     }
     // RankFailed arrives as its RankExited; NodeLost is the node's own view.
   }
@@ -295,12 +258,21 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
     maybe_finish();
   }
 
-  void handle(std::uint32_t node, rdzv::Abort& m) { lose(node, m.message); }
+  void handle(std::uint32_t node, rdzv::Abort& m) { lose(node, m.message, std::nullopt); }
 
-  void on_node_lost(std::uint32_t node, const std::string& why) override { lose(node, why); }
+  void on_node_lost(std::uint32_t node, const std::string& why) override { lose(node, why, std::nullopt); }
 
-  void lose(std::uint32_t node, const std::string& why) {
-    if (node >= nodes.size() || node_state[node] != NodeState::Running) return;
+  // `code`: what the node's ending means, when its backend knows it.
+  void lose(std::uint32_t node, const std::string& why, std::optional<int> code) {
+    if (node >= nodes.size()) return;
+    if (node_state[node] == NodeState::Lost && outcome.end.kind == env::JobEnd::Kind::NodeLost &&
+        outcome.end.host == nodes[node].name && code && !outcome.end.code) {
+      // The backend learnt how the node ended after the rendezvous lost it: its word is the cause.
+      outcome.end.reason = why;
+      outcome.end.code = code;
+      return;
+    }
+    if (node_state[node] != NodeState::Running) return;
     node_state[node] = NodeState::Lost;
     const auto& n = nodes[node];
     // Whatever its ranks printed without a newline is shown now.
@@ -311,29 +283,34 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
         open = false;
       }
     }
-    if (!tearing_down) {
+    if (!control->stopping()) {
       env::JobEnd end;
       end.kind = env::JobEnd::Kind::NodeLost;
       end.host = n.name;
       end.reason = why;
-      teardown(end, SIGTERM);
+      end.code = code;
+      control->stop(end, SIGTERM);
     } else {
       options.notice(fmt::format("node {} was lost while stopping: {}", n.name, why));
     }
     maybe_finish();
   }
 
-  void teardown(const env::JobEnd& cause, int sig) {
-    if (tearing_down) return;
-    tearing_down = true;
+  // JobControl::Actions: every node, through the rendezvous.
+  void signal_job(int sig) override { server->broadcast(rdzv::Signal{sig, rdzv::SignalMode::Teardown}); }
+  void kill_job() override { server->broadcast(rdzv::Signal{SIGKILL, rdzv::SignalMode::Kill}); }
+  void forward_signal(int sig) override { server->broadcast(rdzv::Signal{sig, rdzv::SignalMode::Forward}); }
+  void on_stopping(const env::JobEnd& cause) override {
     outcome.end = cause;
     observer->on_teardown(cause);
-    timeout_timer.cancel();
-    server->broadcast(rdzv::Signal{sig, rdzv::SignalMode::Teardown});
-    grace_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(grace));
-    grace_timer.async_wait([this](boost::system::error_code ec) {
-      if (!ec && !finished) server->broadcast(rdzv::Signal{SIGKILL, rdzv::SignalMode::Kill});
-    });
+  }
+  // Before every node joined, a signal ends the rendezvous itself.
+  void on_signal_before_start(int sig) override {
+    if (failure) return;
+    auto message = fmt::format("interrupted by {} during the rendezvous", env::signal_name(sig));
+    failure = {message, 128 + sig};
+    server->abort(fmt::format("the launcher was {}", message), 128 + sig);
+    stop_waiting();
   }
 
   void maybe_finish() {
@@ -342,42 +319,14 @@ struct ClusterJob::Impl : rdzv::ServerHandler {
       if (s == NodeState::Running) return;
     finished = true;
     outcome.ended = Clock::now();
-    outcome.exit_code = env::job_exit_code(outcome.end);
-    server->finish(rdzv::Finish{outcome.exit_code, describe_end(outcome.end, outcome.exit_code)});
+    server->finish(rdzv::Finish{outcome.exit_code(), env::describe_end_and_code(outcome.end)});
     stop_waiting();
   }
 
   void stop_waiting() {
     if (options.on_end) std::exchange(options.on_end, nullptr)();
-    timeout_timer.cancel();
-    grace_timer.cancel();
+    control->finish();
     progress_timer.cancel();
-    boost::system::error_code ignored;
-    signals.cancel(ignored);
-    signals.clear(ignored);
-  }
-
-  void arm_signals() {
-    signals.async_wait([this](boost::system::error_code ec, int sig) {
-      if (ec || finished || failure) return;
-      if (sig == SIGUSR1 || sig == SIGUSR2) {
-        if (started) server->broadcast(rdzv::Signal{sig, rdzv::SignalMode::Forward});
-      } else if (!started) {
-        auto message = fmt::format("interrupted by {} during the rendezvous", env::signal_name(sig));
-        failure = {message, 128 + sig};
-        server->abort(fmt::format("the launcher was {}", message), 128 + sig);
-        stop_waiting();
-        return;
-      } else if (tearing_down) {
-        server->broadcast(rdzv::Signal{SIGKILL, rdzv::SignalMode::Kill});  // a second Ctrl-C does not wait
-      } else {
-        env::JobEnd end;
-        end.kind = env::JobEnd::Kind::Interrupted;
-        end.signal = sig;
-        teardown(end, sig);
-      }
-      arm_signals();
-    });
   }
 };
 
@@ -407,17 +356,17 @@ std::vector<std::string> ClusterJob::agent_args(const std::string& launcher_host
 
 env::Environment ClusterJob::agent_environment() const { return {{rdzv::kSecretEnvVar, impl_->secret.text()}}; }
 
-void ClusterJob::node_failed(int node_rank, const std::string& why) {
+void ClusterJob::node_failed(int node_rank, const std::string& why, std::optional<int> code) {
   auto& s = *impl_;
   if (s.finished || s.failure) return;
   if (!s.started) {
     auto message = fmt::format("node {}: {}", s.node_name(static_cast<std::size_t>(node_rank)), why);
-    s.failure = {message, 1};
-    s.server->abort(message, 1);
+    s.failure = {message, code.value_or(1)};
+    s.server->abort(message, code.value_or(1));
     s.stop_waiting();
     return;
   }
-  s.lose(static_cast<std::uint32_t>(node_rank), why);
+  s.lose(static_cast<std::uint32_t>(node_rank), why, code);
 }
 
 LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, const std::string& run_dir,
@@ -460,8 +409,7 @@ LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, 
 JobOutcome ClusterJob::run(const ObserverFactory& make_observer) {
   auto& s = *impl_;
   s.make_observer = &make_observer;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) s.signals.add(sig);
-  s.arm_signals();
+  s.control->watch_signals();
   s.server->start();
   s.arm_progress(kFirstProgress);
   s.io.run();

@@ -129,7 +129,7 @@ struct JobOutputs::Impl {
     report.run_id = plan.run_id;
     report.run_dir = plan.run_dir;
     report.end = outcome.end;
-    report.exit_code = outcome.exit_code;
+    report.exit_code = outcome.exit_code();
     report.started = outcome.started;
     report.ended = outcome.ended;
     report.timeout = plan.timeout;
@@ -179,7 +179,9 @@ struct JobOutputs::Impl {
         cause.message = outcome.spawn_error;
         return cause;
       case Kind::NodeLost:
-        cause.message = fmt::format("node {} was lost: {}", outcome.end.host, outcome.end.reason);
+      case Kind::StoppedByScheduler:
+      case Kind::NotStarted:
+        cause.message = env::describe_end(outcome.end);
         return cause;
       case Kind::RankFailed:
         break;
@@ -240,7 +242,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
     report.warnings.emplace_back(e.what());
   }
   s.run_log.append_event({{"event", "run_finished"},
-                          {"status", job_end_name(report.end.kind)},
+                          {"status", env::job_end_name(report.end.kind)},
                           {"exit_code", report.exit_code},
                           {"duration_s", duration_seconds(report.started, report.ended)},
                           {"summary", "summary.json"}});

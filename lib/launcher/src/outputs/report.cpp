@@ -90,8 +90,10 @@ std::string headline(const RunReport& report) {
       return fmt::format("sgpu: error: cannot start rank {}{}: {}", end.rank, end.host.empty() ? "" : " on " + end.host,
                          report.root_cause ? report.root_cause->message : std::string("?"));
     case Kind::NodeLost:
-      return fmt::format("sgpu: error: node {} was lost: {}{} (exit code {})", end.host, end.reason,
-                         stopped_by_sgpu(report), report.exit_code);
+    case Kind::StoppedByScheduler:
+    case Kind::NotStarted:
+      return fmt::format("sgpu: error: {}{} (exit code {})", env::describe_end(end), stopped_by_sgpu(report),
+                         report.exit_code);
   }
   return "sgpu: the job ended";
 }

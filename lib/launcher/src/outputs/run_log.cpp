@@ -12,24 +12,6 @@ std::size_t log_index(int rank, Stream stream) {
 }
 }  // namespace
 
-const char* job_end_name(env::JobEnd::Kind kind) {
-  switch (kind) {
-    case env::JobEnd::Kind::Completed:
-      return "completed";
-    case env::JobEnd::Kind::RankFailed:
-      return "rank_failed";
-    case env::JobEnd::Kind::TimedOut:
-      return "timed_out";
-    case env::JobEnd::Kind::Interrupted:
-      return "interrupted";
-    case env::JobEnd::Kind::SpawnFailed:
-      return "spawn_failed";
-    case env::JobEnd::Kind::NodeLost:
-      return "node_lost";
-  }
-  return "unknown";
-}
-
 nlohmann::ordered_json rank_exited_event(int rank, const std::string& host, int pid, const env::ExitStatus& status,
                                          bool terminated_by_sgpu, double duration_s) {
   nlohmann::ordered_json e = {{"event", "rank_exited"}, {"rank", rank}, {"host", host},
@@ -43,7 +25,7 @@ nlohmann::ordered_json rank_exited_event(int rank, const std::string& host, int 
 }
 
 nlohmann::ordered_json teardown_event(const env::JobEnd& cause) {
-  nlohmann::ordered_json e = {{"event", "teardown"}, {"reason", job_end_name(cause.kind)}};
+  nlohmann::ordered_json e = {{"event", "teardown"}, {"reason", env::job_end_name(cause.kind)}};
   if (cause.kind == env::JobEnd::Kind::RankFailed || cause.kind == env::JobEnd::Kind::SpawnFailed)
     e["rank"] = cause.rank;
   if (cause.kind == env::JobEnd::Kind::Interrupted) e["signal"] = env::signal_name(cause.signal);

@@ -21,6 +21,10 @@ const char* teardown_reason(const env::JobEnd& cause) {
       return "a rank could not start";
     case env::JobEnd::Kind::NodeLost:
       return "a node was lost";
+    case env::JobEnd::Kind::StoppedByScheduler:
+      return "the scheduler stopped it";
+    case env::JobEnd::Kind::NotStarted:
+      return "it could not start";
     case env::JobEnd::Kind::Completed:
       break;
   }

@@ -15,7 +15,7 @@ json seconds_or_null(const std::optional<env::Seconds>& s) { return s ? json(s->
 json root_cause_json(const RunReport& report) {
   if (!report.root_cause) return nullptr;
   const auto& c = *report.root_cause;
-  json out = {{"reason", job_end_name(c.kind)}, {"message", c.message}};
+  json out = {{"reason", env::job_end_name(c.kind)}, {"message", c.message}};
   out["rank"] = c.rank >= 0 ? json(c.rank) : json(nullptr);
   if (c.rank >= 0 && static_cast<std::size_t>(c.rank) < report.ranks.size()) {
     const auto& r = report.ranks[static_cast<std::size_t>(c.rank)];
@@ -100,7 +100,7 @@ json summary_json(const RunReport& report, const json& spec) {
       {"version", kSummaryVersion},
       {"run_id", report.run_id},
       {"run_dir", report.run_dir},
-      {"status", job_end_name(report.end.kind)},
+      {"status", env::job_end_name(report.end.kind)},
       {"exit_code", report.exit_code},
       {"timed_out", report.end.kind == env::JobEnd::Kind::TimedOut},
       {"started_at", iso_time(report.started)},
@@ -112,6 +112,35 @@ json summary_json(const RunReport& report, const json& spec) {
       {"results", results},
       {"root_cause", root_cause_json(report)},
       {"warnings", report.warnings},
+  };
+}
+
+json not_started_json(const std::string& run_id, const std::string& run_dir, const env::JobEnd& end) {
+  auto now = iso_time(Clock::now());
+  auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  return {
+      {"version", kSummaryVersion},
+      {"run_id", or_null(run_id)},
+      {"run_dir", or_null(run_dir)},
+      {"status", env::job_end_name(end.kind)},
+      {"exit_code", env::job_exit_code(end)},
+      {"timed_out", false},
+      {"started_at", now},
+      {"ended_at", now},
+      {"duration_s", 0},
+      {"world_size", 0},
+      {"spec", nullptr},
+      {"ranks", json::array()},
+      {"results", json::array()},
+      {"root_cause",
+       {{"reason", env::job_end_name(end.kind)},
+        {"message", end.reason},
+        {"rank", nullptr},
+        {"details", ""},
+        {"source", "sgpu"},
+        {"source_path", nullptr},
+        {"error_file", nullptr}}},
+      {"warnings", json::array()},
   };
 }
 

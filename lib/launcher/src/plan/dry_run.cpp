@@ -18,23 +18,6 @@ namespace {
 constexpr const char* kRunId = "<run-id>";
 constexpr const char* kFreePort = "<free port, reserved at launch>";
 
-// "alice@gpu-a:8" -> "gpu-a"; "[fe80::1]:2" -> "fe80::1".
-std::string host_name(const std::string& entry) {
-  std::string h = entry.substr(entry.find('@') == std::string::npos ? 0 : entry.find('@') + 1);
-  if (!h.empty() && h.front() == '[') return h.substr(1, h.find(']') - 1);
-  return h.substr(0, h.find(':'));
-}
-
-std::string node_host(const JobSpec& spec, int k, int local_node) {
-  if (spec.backend == "ssh") {
-    if (static_cast<std::size_t>(k) < spec.ssh.hosts.size()) return host_name(spec.ssh.hosts[k]);
-    return fmt::format("host {} picked from {} at launch", k + 1, spec.ssh.hostfile);
-  }
-  if (spec.backend == "slurm") return fmt::format("SLURM node {} (allocated at launch)", k);
-  if (k == local_node) return "this node";
-  return fmt::format("node {} (run sgpu launch --node-rank {} there)", k, k);
-}
-
 // A remote node's GPUs are only known there; plan with the ones asked for.
 std::vector<env::Gpu> assumed_gpus(const JobSpec& spec) {
   int nodes = std::max(1, spec.nodes);
@@ -103,21 +86,19 @@ DryRun make_dry_run(const ResolvedSpec& resolved, const DryRunInputs& in) {
   const JobSpec& spec = resolved.spec;
   DryRun d;
   d.config = in.config;
-  d.backend = spec.backend;
+  d.backend = in.backend;
   d.gpu_bind = spec.gpu_bind == GpuBind::PerRank ? "per-rank" : "node";
   d.settings = resolved.settings;
   d.notes = resolved.notes;
+  d.notes.insert(d.notes.end(), in.notes.begin(), in.notes.end());
   d.master_port_fixed = spec.master_port.has_value();
-  int nodes = std::max(1, spec.nodes);
-  int local_node = spec.backend == "local" ? spec.rendezvous.node_rank.value_or(0) : -1;
-  std::string master_addr = spec.rendezvous.master_addr;
-  if (master_addr.empty() && nodes > 1)
-    master_addr =
-        spec.backend == "ssh" && !spec.ssh.hosts.empty() ? host_name(spec.ssh.hosts.front()) : "<address of node 0>";
+  auto nodes = static_cast<int>(in.nodes.size());
+  std::string master_addr = spec.rendezvous.master_addr.empty() ? in.master_addr : spec.rendezvous.master_addr;
   for (int k = 0; k < nodes; ++k) {
+    const auto& planned = in.nodes[static_cast<std::size_t>(k)];
     NodePlan node;
     node.node_rank = k;
-    node.host = node_host(spec, k, local_node);
+    node.host = planned.host;
     PlanInputs pi;
     pi.cwd = in.cwd;
     pi.executable = in.executable;
@@ -125,9 +106,10 @@ DryRun make_dry_run(const ResolvedSpec& resolved, const DryRunInputs& in) {
     pi.run_dir = (std::filesystem::path(in.runs_root) / kRunId).string();
     pi.master_port = spec.master_port.value_or(0);
     pi.node_rank = k;
+    pi.nnodes = nodes;
     pi.master_addr = master_addr;
-    if (k == local_node) {
-      pi.inventory = in.inventory;
+    if (planned.gpus) {
+      pi.inventory = *planned.gpus;
       pi.inherited = in.inherited;  // a remote rank inherits its node's environment, not ours
       node.gpus_checked = true;
     } else {

@@ -1,5 +1,6 @@
 #include "sgpu/launcher/process/supervisor.hpp"
 
+#include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/launcher/process/orphan_guard.hpp"
 
 #include <array>
@@ -10,7 +11,6 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 namespace sgpu::launcher {
@@ -21,13 +21,9 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 // After the last rank exits, how long a pipe may stay open (held by a process
 // that escaped the rank's group) before sgpu stops reading it.
 constexpr auto kDrainLimit = std::chrono::seconds(2);
-
-std::chrono::steady_clock::duration to_steady(env::Seconds s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(s);
-}
 }  // namespace
 
-struct Supervisor::State {
+struct Supervisor::State : JobControl::Actions {
   struct Rank {
     std::unique_ptr<RankProcess> process;
     RankRecord record;
@@ -38,15 +34,10 @@ struct Supervisor::State {
   OrphanGuard guard;  // first: forked before any pipe or handler exists
   asio::io_context& io;
   JobObserver& observer;
-  SupervisorOptions options;
-  asio::signal_set signals;
-  asio::steady_timer timeout_timer;
-  asio::steady_timer grace_timer;
+  JobControl control;
   asio::steady_timer drain_timer;
   std::vector<std::unique_ptr<Rank>> ranks;
   JobOutcome outcome;
-  bool tearing_down = false;
-  bool killed = false;
   bool finished = false;
   std::function<void(const JobOutcome&)> on_finished;
   int running = 0;
@@ -55,54 +46,19 @@ struct Supervisor::State {
   State(asio::io_context& io_, JobObserver& obs, SupervisorOptions opts)
       : io(io_),
         observer(obs),
-        options(opts),
-        signals(io_, SIGINT, SIGTERM, SIGHUP),
-        timeout_timer(io_),
-        grace_timer(io_),
-        drain_timer(io_) {
-    signals.add(SIGUSR1);
-    signals.add(SIGUSR2);
-  }
+        control(io_, JobControlOptions{opts.timeout, opts.grace, opts.handle_signals}, *this),
+        drain_timer(io_) {}
 
-  void signal_all(int sig) {
+  // JobControl::Actions: this node's ranks, by process group.
+  void signal_job(int sig) override {
     for (auto& r : ranks)
       if (!r->record.status) r->process->signal_group(sig);
   }
-
-  void kill_now() {
-    killed = true;
-    signal_all(SIGKILL);
-  }
-
-  void begin_teardown(const env::JobEnd& cause, int sig) {
-    if (tearing_down) return;
-    tearing_down = true;
+  void kill_job() override { signal_job(SIGKILL); }
+  void forward_signal(int sig) override { signal_job(sig); }
+  void on_stopping(const env::JobEnd& cause) override {
     outcome.end = cause;
     observer.on_teardown(cause);
-    timeout_timer.cancel();
-    signal_all(sig);
-    if (running == 0) return;
-    grace_timer.expires_after(to_steady(options.grace));
-    grace_timer.async_wait([this](boost::system::error_code ec) {
-      if (!ec) kill_now();
-    });
-  }
-
-  void arm_signals() {
-    signals.async_wait([this](boost::system::error_code ec, int sig) {
-      if (ec) return;
-      if (sig == SIGUSR1 || sig == SIGUSR2) {
-        signal_all(sig);  // checkpoint-on-preemption signals pass through as they are
-      } else if (tearing_down) {
-        kill_now();  // a second Ctrl-C (or TERM) does not wait for the grace
-      } else {
-        env::JobEnd end;
-        end.kind = env::JobEnd::Kind::Interrupted;
-        end.signal = sig;
-        begin_teardown(end, sig);
-      }
-      arm_signals();
-    });
   }
 
   void read(Rank& r, Stream stream) {
@@ -138,19 +94,12 @@ struct Supervisor::State {
     // Whatever the rank left in its group dies with it: no orphans.
     r.process->signal_group(SIGKILL);
     guard.forget(r.record.pid);
-    bool failed = !r.record.status->success();
-    if (failed && tearing_down) r.record.terminated_by_sgpu = true;
+    bool was_stopping = control.stopping();
+    r.record.terminated_by_sgpu = !r.record.status->success() && was_stopping;
     observer.on_rank_exited(r.record.rank, *r.record.status, r.record.terminated_by_sgpu);
-    if (failed && !tearing_down) {
-      env::JobEnd end;
-      end.kind = env::JobEnd::Kind::RankFailed;
-      end.rank = r.record.rank;
-      end.status = *r.record.status;
-      begin_teardown(end, SIGTERM);
-    }
+    control.rank_exited(r.record.rank, *r.record.status);
     if (running == 0) {
-      grace_timer.cancel();
-      timeout_timer.cancel();
+      control.all_exited();
       drain_timer.expires_after(kDrainLimit);
       drain_timer.async_wait([this](boost::system::error_code ec) {
         if (ec) return;
@@ -167,13 +116,9 @@ struct Supervisor::State {
     if (running > 0 || open_pipes > 0 || finished) return;
     finished = true;
     drain_timer.cancel();
-    timeout_timer.cancel();
-    grace_timer.cancel();
-    boost::system::error_code ignored;
-    signals.cancel(ignored);
+    control.finish();
     outcome.ended = Clock::now();
     for (auto& r : ranks) outcome.ranks.push_back(r->record);
-    outcome.exit_code = env::job_exit_code(outcome.end);
     if (on_finished) asio::post(io, [this] { on_finished(outcome); });
   }
 };
@@ -192,18 +137,18 @@ JobOutcome Supervisor::run(const std::vector<RankLaunch>& launches) {
 }
 
 void Supervisor::stop(const env::JobEnd& cause, int sig) {
-  if (!state_->finished) state_->begin_teardown(cause, sig);
+  if (!state_->finished) state_->control.stop(cause, sig);
 }
 
-void Supervisor::forward(int sig) { state_->signal_all(sig); }
+void Supervisor::forward(int sig) { state_->forward_signal(sig); }
 
-void Supervisor::kill() { state_->kill_now(); }
+void Supervisor::kill() { state_->control.kill(); }
 
 void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<void(const JobOutcome&)> on_finished) {
   auto& s = *state_;
   s.on_finished = std::move(on_finished);
   s.outcome.started = Clock::now();
-  if (s.options.handle_signals) s.arm_signals();
+  s.control.watch_signals();
   for (const auto& launch : launches) {
     auto rank = std::make_unique<State::Rank>();
     rank->record.rank = launch.rank;
@@ -216,7 +161,8 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
       end.spawn_errno = e.code().value();
       s.outcome.spawn_error =
           fmt::format("{}: {}", launch.executable, std::generic_category().message(e.code().value()));
-      s.begin_teardown(end, SIGKILL);
+      end.reason = s.outcome.spawn_error;
+      s.control.stop(end, SIGKILL);
       break;
     }
     rank->record.pid = rank->process->pid();
@@ -232,15 +178,7 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
     s.read(r, Stream::Err);
     r.process->async_wait([&s, &r](int status) { s.on_exit(r, status); });
   }
-  if (s.options.timeout && !s.tearing_down) {
-    s.timeout_timer.expires_after(to_steady(*s.options.timeout));
-    s.timeout_timer.async_wait([&s](boost::system::error_code ec) {
-      if (ec) return;
-      env::JobEnd end;
-      end.kind = env::JobEnd::Kind::TimedOut;
-      s.begin_teardown(end, SIGTERM);
-    });
-  }
+  s.control.start();
   s.maybe_finish();
 }
 

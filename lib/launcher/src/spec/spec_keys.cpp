@@ -1,6 +1,7 @@
-// The job spec's keys, one row each (spec_schema.hpp). To add a launch
-// option: a field in JobSpec, a row here (its flag is registered from the
-// row), and a README line.
+// The job spec's own keys, one row each (spec_schema.hpp); each backend adds
+// its table's rows (backends/*/..._keys.cpp). To add a launch option: a
+// field in JobSpec, a row here (its flag is registered from the row), and a
+// README line.
 #include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/spec/spec_schema.hpp"
 
@@ -11,20 +12,6 @@ using K = ValueKind;
 using S = Setting;
 
 int to_int(const S& v) { return static_cast<int>(as_int(v)); }
-
-// "--hosts a:8,b:8" and hosts = ["a:8", "b:8"] alike: a host name never holds a comma.
-std::vector<std::string> split_commas(const std::vector<std::string>& items) {
-  std::vector<std::string> out;
-  for (const auto& item : items) {
-    std::size_t start = 0;
-    while (start <= item.size()) {
-      auto comma = std::min(item.find(',', start), item.size());
-      if (comma > start) out.push_back(item.substr(start, comma - start));
-      start = comma + 1;
-    }
-  }
-  return out;
-}
 
 void set_module(JobSpec& s, const S& v) {
   using Kind = env::Entrypoint::Kind;
@@ -207,135 +194,11 @@ std::vector<KeyInfo> make_keys() {
        .help = "silence after which a node counts as lost (default 10s)",
        .none_ok = false,
        .apply = [](JobSpec& s, const S& v) { s.rendezvous.heartbeat_timeout = as_string(v); }},
-      // [ssh]
-      {.path = "ssh.hosts",
-       .kind = K::StringList,
-       .flags = "--hosts",
-       .help = "hosts: \"host\", \"host:slots\", \"user@host:slots\" (flag: a:8,b:8)",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.hosts = split_commas(as_list(v)); }},
-      {.path = "ssh.hostfile",
-       .flags = "--hostfile",
-       .help = "hostfile (OpenMPI/DeepSpeed \"host slots=N\" or MPICH \"host:N\")",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.hostfile = as_string(v); }},
-      {.path = "ssh.include",
-       .flags = "--include",
-       .help = "only these hosts/devices, DeepSpeed style: \"a:0,2@b\"",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.include = as_string(v); }},
-      {.path = "ssh.exclude",
-       .flags = "--exclude",
-       .help = "not these hosts/devices: \"b:1\"",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.exclude = as_string(v); }},
-      {.path = "ssh.user",
-       .flags = "--ssh-user",
-       .help = "login for hosts listed without user@",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.user = as_string(v); }},
-      {.path = "ssh.port",
-       .kind = K::Int,
-       .flags = "--ssh-port",
-       .help = "port of the hosts' ssh servers (ssh -p), for hosts listed without one",
-       .min = 1,
-       .max = 65535,
-       .apply = [](JobSpec& s, const S& v) { s.ssh.port = to_int(v); }},
-      {.path = "ssh.identity",
-       .flags = "--ssh-identity",
-       .help = "private key file (ssh -i)",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.identity = as_string(v); }},
-      {.path = "ssh.config_file",
-       .flags = "--ssh-config",
-       .help = "an ssh configuration file (ssh -F); ~/.ssh/config otherwise",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.config_file = as_string(v); }},
-      {.path = "ssh.options",
-       .kind = K::StringList,
-       .flags = "--ssh-option",
-       .help = "options for ssh -o: [\"KEY=VALUE\", ...] (flag: repeat it); they win over sgpu's defaults",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.options = as_list(v); }},
-      {.path = "ssh.connect_timeout",
-       .kind = K::Duration,
-       .flags = "--ssh-connect-timeout",
-       .help = "time to reach a host (ssh ConnectTimeout, default 10s)",
-       .none_ok = false,
-       .apply = [](JobSpec& s, const S& v) { s.ssh.connect_timeout = as_string(v); }},
-      {.path = "ssh.max_parallel",
-       .kind = K::Int,
-       .flags = "--ssh-parallel",
-       .help = "hosts connecting at once (default 32)",
-       .min = 1,
-       .max = 4096,
-       .apply = [](JobSpec& s, const S& v) { s.ssh.max_parallel = to_int(v); }},
-      {.path = "ssh.forward_env",
-       .kind = K::StringList,
-       .flags = "-x",
-       .help = "more variables for every host: NAME (its value here) or NAME=value (flag: repeat it)",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.forward_env = as_list(v); }},
-      {.path = "ssh.env_files",
-       .kind = K::StringList,
-       .flags = "--env-file",
-       .help = "files of NAME=value lines to forward to every host (flag: repeat it)",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.env_files = as_list(v); }},
-      {.path = "ssh.sync",
-       .flags = "--sync",
-       .help = "directory shipped to every node, where the job then runs",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.sync = as_string(v); }},
-      {.path = "ssh.sync_exclude",
-       .kind = K::StringList,
-       .flags = "--sync-exclude",
-       .help = "patterns left out of ssh.sync, gitignore syntax (flag: repeat it)",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.sync_exclude = as_list(v); }},
-      {.path = "ssh.ship_sgpu",
-       .kind = K::Bool,
-       .flags = "--ship-sgpu",
-       .help = "copy this sgpu binary to hosts that lack one",
-       .apply = [](JobSpec& s, const S& v) { s.ssh.ship_sgpu = as_bool(v); }},
-      // [slurm]
-      {.path = "slurm.partition",
-       .flags = "--partition",
-       .help = "SLURM partition for a new allocation (--backend slurm)",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.partition = as_string(v); }},
-      {.path = "slurm.account",
-       .flags = "--account",
-       .help = "SLURM account for a new allocation",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.account = as_string(v); }},
-      {.path = "slurm.qos",
-       .flags = "--qos",
-       .help = "SLURM QoS for a new allocation",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.qos = as_string(v); }},
-      {.path = "slurm.constraint",
-       .flags = "--constraint",
-       .help = "SLURM node features for a new allocation, e.g. h100&ib",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.constraint = as_string(v); }},
-      {.path = "slurm.reservation",
-       .flags = "--reservation",
-       .help = "SLURM reservation for a new allocation",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.reservation = as_string(v); }},
-      {.path = "slurm.pool",
-       .kind = K::Choice,
-       .flags = "--pool",
-       .env = "SGPU_POOL",
-       .help = "GPU pool: reserved or on-demand, the partition/QoS that [slurm.pools] names for it",
-       .choices = {"reserved", "on-demand"},
-       .apply = [](JobSpec& s, const S& v) { s.slurm.pool = as_string(v); }},
-      {.path = "slurm.pools.reserved.partition",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.reserved_partition = as_string(v); }},
-      {.path = "slurm.pools.reserved.qos",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.reserved_qos = as_string(v); }},
-      {.path = "slurm.pools.on_demand.partition",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.on_demand_partition = as_string(v); }},
-      {.path = "slurm.pools.on_demand.qos",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.on_demand_qos = as_string(v); }},
-      {.path = "slurm.extra_args",
-       .kind = K::StringList,
-       .flags = "--slurm-arg",
-       .help = "more arguments for salloc when sgpu asks for an allocation, each passed as given "
-               "(flag: repeat it, one argument per use: --slurm-arg=--exclusive)",
-       .apply = [](JobSpec& s, const S& v) { s.slurm.extra_args = as_list(v); }},
   };
 }
 
 }  // namespace
 
-const std::vector<KeyInfo>& spec_keys() {
-  static const std::vector<KeyInfo> keys = make_keys();
-  return keys;
-}
+std::vector<KeyInfo> core_spec_keys() { return make_keys(); }
 
 }  // namespace sgpu::launcher

@@ -96,14 +96,6 @@ void check_whole(const Merged& m, const JobSpec& spec, std::vector<std::string>&
   if (type && nproc && (spec.nproc || spec.nproc_mode == "cpu"))
     errors.push_back(fmt::format("{} needs --gpus N (resources.gpus): with {} the ranks run on CPUs", type->where(),
                                  nproc->label()));
-  const Setting* backend = get(m, "resources.backend");
-  if (spec.backend == "ssh" && spec.ssh.hosts.empty() && spec.ssh.hostfile.empty())
-    errors.push_back(
-        fmt::format("{}: needs hosts = [\"host:slots\", ...] or hostfile = \"FILE\" in [ssh]", backend->where()));
-  if (spec.backend == "ssh" && nodes && !spec.ssh.hosts.empty() && static_cast<int>(spec.ssh.hosts.size()) < spec.nodes)
-    errors.push_back(fmt::format("{}: [ssh] hosts lists only {} host{}", nodes->where(), spec.ssh.hosts.size(),
-                                 spec.ssh.hosts.size() == 1 ? "" : "s"));
-
   // Settings that would do nothing are said, not dropped silently.
   auto unused = [&](std::string_view prefix, bool used, const std::string& why) {
     for (const auto& [key, entry] : m)
@@ -112,8 +104,15 @@ void check_whole(const Merged& m, const JobSpec& spec, std::vector<std::string>&
         return;
       }
   };
-  unused("ssh.", spec.backend == "ssh", fmt::format("the backend is {}, not ssh", spec.backend));
-  unused("slurm.", spec.backend == "slurm", fmt::format("the backend is {}, not slurm", spec.backend));
+  // A backend's table with another backend chosen: said once per table.
+  std::vector<std::string_view> said;
+  for (const auto& key : spec_keys()) {
+    if (key.backend.empty() || key.backend == spec.backend ||
+        std::find(said.begin(), said.end(), key.backend) != said.end())
+      continue;
+    said.push_back(key.backend);
+    unused(std::string(key.backend) + ".", false, fmt::format("the backend is {}, not {}", spec.backend, key.backend));
+  }
   // rendezvous.endpoint on one node is an error of its own (sgpu launch says why).
   for (auto key :
        {"rendezvous.secret_file", "rendezvous.join_timeout", "rendezvous.heartbeat_timeout", "rendezvous.master_addr"})

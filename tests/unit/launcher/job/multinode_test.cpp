@@ -129,23 +129,24 @@ TEST_CASE("launcher::ClusterJob::job_plan lays every node's ranks out with their
   CHECK(plan.grace.count() == 5);
 }
 
-TEST_CASE("launcher::describe_end") {
+TEST_CASE("env::describe_end_and_code") {
   JobEnd failed;
   failed.kind = JobEnd::Kind::RankFailed;
   failed.rank = 5;
   failed.status = sgpu::env::ExitStatus::exited(7);
   failed.host = "node-b";
-  CHECK(describe_end(failed, 7) == "rank 5 (node-b) failed first: exit 7 (exit code 7)");
+  CHECK(sgpu::env::describe_end_and_code(failed) == "rank 5 (node-b) failed first: exit 7 (exit code 7)");
   JobEnd lost;
   lost.kind = JobEnd::Kind::NodeLost;
   lost.host = "node-c";
   lost.reason = "no message for 10s (--heartbeat-timeout)";
-  CHECK(describe_end(lost, 1) == "node node-c was lost: no message for 10s (--heartbeat-timeout) (exit code 1)");
+  CHECK(sgpu::env::describe_end_and_code(lost) ==
+        "node node-c was lost: no message for 10s (--heartbeat-timeout) (exit code 1)");
   JobEnd interrupted;
   interrupted.kind = JobEnd::Kind::Interrupted;
   interrupted.signal = SIGTERM;
   interrupted.host = "node-b";
-  CHECK(describe_end(interrupted, 143) == "interrupted by SIGTERM on node-b (exit code 143)");
-  CHECK(describe_end(JobEnd{}, 0) == "every rank exited 0");
+  CHECK(sgpu::env::describe_end_and_code(interrupted) == "interrupted by SIGTERM on node-b (exit code 143)");
+  CHECK(sgpu::env::describe_end_and_code(JobEnd{}) == "every rank exited 0");
   CHECK(sgpu::env::job_exit_code(lost) == 1);
 }

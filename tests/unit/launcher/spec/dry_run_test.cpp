@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/plan/dry_run.hpp"
 
 using namespace sgpu::launcher;
@@ -11,7 +12,8 @@ namespace {
 
 DryRunInputs inputs(const char* fake_gpus) {
   DryRunInputs in;
-  in.inventory = sgpu::env::parse_fake_gpus(fake_gpus);
+  in.nodes = {{"this node", sgpu::env::parse_fake_gpus(fake_gpus)}};
+  in.backend = "local";
   in.inherited = {{"PATH", "/usr/bin"}, {"HF_TOKEN", "hf_secret"}};
   in.cwd = "/work";
   in.executable = "/usr/bin/python3";
@@ -92,7 +94,16 @@ gpu_type = "h100"
 hosts = ["alice@gpu-a:8", "gpu-b:8"]
 )",
                                        "job.toml")});
-  auto dry = make_dry_run(spec, inputs("1xL4"));  // this node's GPUs play no part
+  // The ssh backend lays the job out over its hosts; this node's GPUs play no part.
+  LaunchContext ctx{spec.spec, {}, "/work", "", {}, {}};
+  auto backend = find_backend("ssh")->make();
+  backend->check(ctx);
+  auto layout = backend->describe(ctx);
+  auto in = inputs("1xL4");
+  in.nodes.clear();
+  for (const auto& n : layout.nodes) in.nodes.push_back({n.host, n.gpus});
+  in.master_addr = layout.master_addr;
+  auto dry = make_dry_run(spec, in);
   REQUIRE(dry.nodes.size() == 2);
   CHECK(dry.nodes[0].host == "gpu-a");
   CHECK(dry.nodes[1].host == "gpu-b");

@@ -105,11 +105,6 @@ TEST_CASE("spec: contradictions name both settings") {
       {"[resources]\nnproc = 2\ngpu_type = \"H100\"\n",
        "job.toml:3:12: resources.gpu_type = \"H100\" needs --gpus N (resources.gpus): with resources.nproc "
        "(job.toml:2:9) the ranks run on CPUs"},
-      {"[resources]\nbackend = \"ssh\"\n",
-       "job.toml:2:11: resources.backend = \"ssh\": needs hosts = [\"host:slots\", ...] or hostfile = \"FILE\" in "
-       "[ssh]"},
-      {"[resources]\nbackend = \"ssh\"\nnodes = 3\n[ssh]\nhosts = [\"a\", \"b\"]\n",
-       "resources.nodes = 3: [ssh] hosts lists only 2 hosts"},
   };
   for (const auto& row : rows) {
     CAPTURE(row.toml);

@@ -17,4 +17,8 @@ std::optional<Seconds> parse_duration(std::string_view text, std::string_view wh
 // "3h", "1h30m", "45s", "1.5s", "250ms".
 std::string format_duration(Seconds d);
 
+// A limit that must be finite and positive (--join-timeout, --heartbeat-timeout):
+// "none" or zero is refused with a message starting with `where`.
+Seconds parse_limit(std::string_view text, const std::string& where);
+
 }  // namespace sgpu::env

@@ -25,22 +25,54 @@ struct ExitStatus {
 // "SIGTERM" for 15; "signal 64" for numbers without a name.
 std::string signal_name(int signal);
 
-// Why a job ended: the first of these to happen decides sgpu's exit code.
+// Why a job ended: the first of these to happen is recorded, a backend may
+// add what only it knows (how an ssh session ended, what SLURM did), and
+// job_exit_code() turns the record into sgpu's exit code. Nothing else sets
+// an exit code: the summary, the console and the agents all read this one.
 struct JobEnd {
   // NodeLost: a node's agent stopped answering (killed, network cut) or
   // could not go on; its ranks' fate is unknown.
-  enum class Kind { Completed, RankFailed, TimedOut, Interrupted, SpawnFailed, NodeLost };
+  // StoppedByScheduler: the scheduler ended the job (SLURM's time limit,
+  // scancel, preemption), whatever the ranks then did.
+  // NotStarted: the job could not start (a host unreachable, the
+  // rendezvous failed, an allocation refused); `code` says why.
+  enum class Kind {
+    Completed,
+    RankFailed,
+    TimedOut,
+    Interrupted,
+    SpawnFailed,
+    NodeLost,
+    StoppedByScheduler,
+    NotStarted
+  };
   Kind kind = Kind::Completed;
   int rank = -1;        // RankFailed, SpawnFailed
   ExitStatus status;    // RankFailed
-  int signal = 0;       // Interrupted: the signal sgpu received
+  int signal = 0;       // Interrupted: the signal sgpu received; StoppedByScheduler: the one the scheduler sent
   int spawn_errno = 0;  // SpawnFailed
   std::string host;     // multi-node: the node where it happened ("" on one node)
-  std::string reason;   // NodeLost: what the launcher saw
+  std::string reason;   // NodeLost: what the launcher saw; StoppedByScheduler: what the scheduler did; NotStarted: why
+  // NodeLost: what the node's ending means, when its backend knows (ssh's
+  // 255 for a lost connection, 128+N for an agent killed by signal N).
+  // NotStarted: the code of the error that stopped it.
+  std::optional<int> code;
+  bool time_limit = false;  // StoppedByScheduler: the scheduler's time limit (exit 124, as --timeout)
   bool operator==(const JobEnd&) const = default;
 };
 
+// The exit code of a job that ended so (README "Exit codes"): the one rule.
 int job_exit_code(const JobEnd& end);
+
+// "rank_failed", "timed_out", ...: the end's name in events.jsonl and summary.json.
+const char* job_end_name(JobEnd::Kind kind);
+
+// One sentence for the end, without the exit code: "rank 2 (node1) failed
+// first: exit 3", "node b was lost: connection closed". Agents, logs and
+// the scheduler's messages use it.
+std::string describe_end(const JobEnd& end);
+// The same with the code it gives: "... (exit code 3)"; "every rank exited 0".
+std::string describe_end_and_code(const JobEnd& end);
 
 // How a rank's ending reads in the report.
 enum class RankVerdict { Succeeded, Failed, TerminatedBySgpu, Running };

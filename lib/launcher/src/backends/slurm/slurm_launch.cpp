@@ -14,6 +14,7 @@
 
 #include "backends/slurm/hostlist.hpp"
 #include "backends/slurm/slurm_allocation.hpp"
+#include "backends/slurm/slurm_keys.hpp"
 #include "backends/slurm/slurm_step.hpp"
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
@@ -64,7 +65,8 @@ struct SlurmRun {
   std::vector<std::string> step_errors;
   std::string slurm_said;
   bool time_limit = false;
-  bool aborted = false;  // srun said SLURM aborted the step
+  bool scheduler_stopped = false;  // SLURM ended the job: time limit, scancel, preemption
+  bool aborted = false;            // srun said SLURM aborted the step
   bool run_over = false;
 
   SlurmRun(asio::io_context& io_, const SlurmLaunch& launch, SlurmPlan p)
@@ -188,8 +190,13 @@ struct SlurmRun {
     return it == nodes.end() ? -1 : static_cast<int>(it - nodes.begin());
   }
 
-  void say(const std::string& text) {
-    if (slurm_said.empty()) slurm_said = text;
+  // What SLURM did, said at once; the first is kept as the end's cause.
+  // `stopped`: SLURM ended the job (not a node failure, which is a lost node).
+  void say(const std::string& text, bool stopped = true) {
+    if (slurm_said.empty()) {
+      slurm_said = text;
+      scheduler_stopped = stopped;
+    }
     notice(text);
   }
 
@@ -233,7 +240,7 @@ struct SlurmRun {
     using K = env::SrunLine::Kind;
     switch (l.kind) {
       case K::NodeFailure:
-        say(fmt::format("SLURM reports a node failure on {}", l.node));
+        say(fmt::format("SLURM reports a node failure on {}", l.node), false);
         if (node_rank(l.node) >= 0) job->node_failed(node_rank(l.node), "SLURM reports a node failure");
         break;
       case K::Cancelled:
@@ -287,7 +294,7 @@ struct SlurmRun {
                           time_limit = true;
                           say(fmt::format("SLURM's time limit ended job {}", job_id));
                         } else if (s->state == "NODE_FAIL" || s->reason == "NodeDown") {
-                          say(fmt::format("SLURM ended job {}: a node failed", job_id));
+                          say(fmt::format("SLURM ended job {}: a node failed", job_id), false);
                         } else if (s->state == "PREEMPTED") {
                           say(fmt::format("SLURM preempted job {}", job_id));
                         } else {
@@ -317,11 +324,29 @@ struct SlurmRun {
 
 }  // namespace
 
-SlurmResult run_slurm_job(const SlurmLaunch& in, const ClusterJob::ObserverFactory& make_observer) {
+struct SlurmSession::Impl {
+  SlurmLaunch in;
+  asio::io_context io{1};
+  std::unique_ptr<SlurmRun> run;
+  std::string run_id;
+  std::string run_dir;
+  bool released = false;
+};
+
+SlurmSession::SlurmSession(SlurmLaunch launch) : impl_(std::make_unique<Impl>()) { impl_->in = std::move(launch); }
+
+SlurmSession::~SlurmSession() = default;
+
+const std::string& SlurmSession::run_id() const { return impl_->run_id; }
+const std::string& SlurmSession::run_dir() const { return impl_->run_dir; }
+
+JobOutcome SlurmSession::run(const ClusterJob::ObserverFactory& make_observer) {
+  auto& s = *impl_;
+  const auto& in = s.in;
   auto allocation = env::slurm_allocation(in.inherited);
   auto plan = plan_slurm_job(in.spec, allocation);
-  asio::io_context io(1);
-  SlurmRun run(io, in, plan);
+  s.run = std::make_unique<SlurmRun>(s.io, in, plan);
+  auto& run = *s.run;
   for (const auto& note : plan.notes) run.notice(fmt::format("note: {}", note));
   if (allocation) {
     run.job_id = allocation->job_id;
@@ -332,7 +357,7 @@ SlurmResult run_slurm_job(const SlurmLaunch& in, const ClusterJob::ObserverFacto
   } else {
     run.request_allocation();
     run.wait_for_allocation();
-    io.restart();
+    s.io.restart();
   }
 
   ClusterOptions copts;
@@ -343,21 +368,132 @@ SlurmResult run_slurm_job(const SlurmLaunch& in, const ClusterJob::ObserverFacto
   copts.master_addr = in.spec.rendezvous.master_addr;
   copts.notice = run.notice;
   copts.on_end = [&run] { run.on_run_over(); };
-  SlurmResult result;
-  result.job_id = run.job_id;
-  try {
-    ClusterJob job(io, plan.node_spec, copts, in.inherited, in.cwd);
-    run.start_step(job);
-    result.outcome = job.run(make_observer);  // returns when the run is over and srun has ended
-  } catch (const Error& e) {
-    run.release(e.exit_code());
-    throw;
-  }
+  ClusterJob job(s.io, plan.node_spec, copts, in.inherited, in.cwd);
+  s.run_id = job.run_id();
+  s.run_dir = job.run_dir();
+  run.start_step(job);
+  auto outcome = job.run(make_observer);  // returns when the run is over and srun has ended
   run.ask_why_aborted();
-  run.release(run.time_limit ? kExitTimeout : result.outcome.exit_code);
-  if (run.time_limit) result.outcome.exit_code = kExitTimeout;  // SLURM stopped it, as --timeout would have
-  result.slurm_said = run.slurm_said;
-  return result;
+  return outcome;
+}
+
+void SlurmSession::refine_end(env::JobEnd& end) const {
+  const auto* run = impl_->run.get();
+  if (run == nullptr || !run->scheduler_stopped || end.kind == env::JobEnd::Kind::Completed) return;
+  env::JobEnd stopped;
+  stopped.kind = env::JobEnd::Kind::StoppedByScheduler;
+  stopped.reason = run->slurm_said;
+  stopped.time_limit = run->time_limit;
+  stopped.signal = SIGTERM;  // what SLURM sends a step it cancels
+  end = stopped;
+}
+
+void SlurmSession::release(int exit_code) {
+  auto& s = *impl_;
+  if (s.released || !s.run) return;
+  s.released = true;
+  s.run->release(exit_code);
+}
+
+namespace {
+
+class SlurmBackend : public Backend {
+ public:
+  void check(LaunchContext& ctx) override {
+    const auto& spec = ctx.spec;
+    const auto& r = spec.rendezvous;
+    if (!r.endpoint.empty() || r.node_rank)
+      throw Error(fmt::format(
+          "{}: the slurm backend starts every node itself; drop --rdzv-endpoint and --node-rank (--nodes N says "
+          "how many nodes)",
+          where_set(spec, "resources.backend", "--backend slurm")));
+    auto limits = node_limits(spec);
+    in_.join_timeout = limits.join_timeout;
+    in_.heartbeat_timeout = limits.heartbeat_timeout;
+    allocation_ = env::slurm_allocation(ctx.inherited);
+    plan_ = plan_slurm_job(spec, allocation_);  // the flags' mistakes, before SLURM is asked
+  }
+
+  PlannedLayout describe(const LaunchContext& ctx) override {
+    PlannedLayout layout;
+    for (int k = 0; k < plan_.nnodes; ++k) {
+      if (allocation_ && static_cast<std::size_t>(k) < plan_.nodes.size())
+        layout.nodes.push_back({fmt::format("{} (SLURM job {}, node {})", plan_.nodes[static_cast<std::size_t>(k)],
+                                            allocation_->job_id, k),
+                                std::nullopt});
+      else
+        layout.nodes.push_back({fmt::format("SLURM node {} (allocated at launch)", k), std::nullopt});
+    }
+    layout.master_addr = !ctx.spec.rendezvous.master_addr.empty() ? ctx.spec.rendezvous.master_addr
+                         : allocation_ && !plan_.nodes.empty()    ? plan_.nodes.front()
+                                                                  : "<SLURM node 0>";
+    layout.notes = plan_.notes;
+    return layout;
+  }
+
+  BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) override {
+    in_.spec = ctx.spec;
+    in_.inherited = ctx.inherited;
+    in_.cwd = ctx.cwd;
+    in_.self_exe = ctx.self_exe;
+    if (in_.self_exe.empty()) throw Error("cannot find this sgpu binary (/proc/self/exe)", 1);
+    session_ = std::make_unique<SlurmSession>(in_);
+    struct Created {
+      LaunchContext& ctx;
+      SlurmSession& s;
+      ~Created() {
+        ctx.run_id = s.run_id();
+        ctx.run_dir = s.run_dir();
+      }
+    } created{ctx, *session_};
+    return {session_->run(observe), {}};
+  }
+
+  void refine_end(env::JobEnd& end) override {
+    if (session_) session_->refine_end(end);
+  }
+
+  void release(int exit_code) override {
+    if (session_) session_->release(exit_code);
+  }
+
+ private:
+  SlurmLaunch in_;
+  std::optional<env::SlurmAllocation> allocation_;
+  SlurmPlan plan_;
+  std::unique_ptr<SlurmSession> session_;
+};
+
+// Inside an allocation (SLURM_JOB_ID set) a job that names no rendezvous of its own runs on it.
+int offer(const JobSpec& spec, const env::Environment& inherited) {
+  auto job = inherited.find("SLURM_JOB_ID");
+  bool static_multi = !spec.rendezvous.endpoint.empty() || spec.rendezvous.node_rank.has_value();
+  return job != inherited.end() && !job->second.empty() && !static_multi ? 20 : 0;
+}
+
+// `sgpu agent --slurm-step`: node rank, name and the launcher's address from srun.
+void configure_agent(AgentOptions& o, const env::Environment& inherited) {
+  if (o.node_rank) throw Error("--slurm-step takes the node rank from SLURM_NODEID; drop --node-rank");
+  auto id = env::slurm_step_identity(inherited);
+  o.node_rank = id.node_rank;
+  if (o.node_name.empty()) o.node_name = id.node_name;
+  // The address srun reached this node from is one this node reaches the launcher's host by.
+  if (!id.launcher_addr.empty()) o.launcher.host = id.launcher_addr;
+  if (auto devices = env::slurm_visible_devices(inherited)) o.environment["CUDA_VISIBLE_DEVICES"] = *devices;
+  o.rank_environment = [](const env::RankPlacement& place, env::Environment& rank_env) {
+    for (auto& [name, value] : env::slurm_rank_environment(place)) rank_env[name] = value;
+  };
+}
+
+}  // namespace
+
+BackendInfo slurm_backend_info() {
+  return {.name = "slurm",
+          .flag_name = "slurm",
+          .keys = slurm::spec_keys,
+          .offer = offer,
+          .make = []() -> std::unique_ptr<Backend> { return std::make_unique<SlurmBackend>(); },
+          .configure_agent = configure_agent};
 }
 
 }  // namespace sgpu::launcher

@@ -9,12 +9,14 @@
 // teardown, the root cause's exit code. What SLURM did (scancel, its time
 // limit, a node failure) is said too, and SLURM's time limit exits 124.
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backends/slurm/slurm_job.hpp"
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
@@ -31,12 +33,6 @@ struct SlurmLaunch {
   std::function<void(const std::string&)> notice;  // "sgpu: ..." lines; default: stderr
 };
 
-struct SlurmResult {
-  JobOutcome outcome;
-  std::string job_id;
-  std::string slurm_said;  // "" or what SLURM did: "SLURM's time limit ended job 42", ...
-};
-
 // Where the job runs and what each node runs: pure, for the checks and tests.
 struct SlurmPlan {
   int nnodes = 1;
@@ -49,9 +45,32 @@ struct SlurmPlan {
 // flag (or spec key) at fault.
 SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllocation>& allocation);
 
-// Runs the job to its end; `make_observer` as for ClusterJob::run. Throws
-// sgpu::Error when no run could start (allocation refused, rendezvous failed),
-// after releasing what it asked SLURM for.
-SlurmResult run_slurm_job(const SlurmLaunch& launch, const ClusterJob::ObserverFactory& make_observer);
+// One launch through SLURM: the allocation it runs in (or asks for), the
+// agents' srun step, and what SLURM did to the job.
+class SlurmSession {
+ public:
+  explicit SlurmSession(SlurmLaunch launch);
+  ~SlurmSession();
+  SlurmSession(const SlurmSession&) = delete;
+  SlurmSession& operator=(const SlurmSession&) = delete;
+
+  // Runs the job to its end; `make_observer` as for ClusterJob::run. Throws
+  // sgpu::Error when no run could start (allocation refused, rendezvous failed).
+  JobOutcome run(const ClusterJob::ObserverFactory& make_observer);
+  // SLURM's time limit, scancel or a preemption is the job's end, whatever
+  // the ranks did as SLURM stopped them.
+  void refine_end(env::JobEnd& end) const;
+  // A new allocation ends with sgpu's exit code; one sgpu runs in is kept.
+  void release(int exit_code);
+  const std::string& run_id() const;
+  const std::string& run_dir() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The SLURM backend's registry line.
+BackendInfo slurm_backend_info();
 
 }  // namespace sgpu::launcher

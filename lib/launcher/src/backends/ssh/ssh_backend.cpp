@@ -15,6 +15,7 @@
 
 #include "backends/ssh/remote_env.hpp"
 #include "backends/ssh/ssh_command.hpp"
+#include "backends/ssh/ssh_keys.hpp"
 #include "backends/ssh/ssh_nodes.hpp"
 #include "backends/ssh/ssh_scripts.hpp"
 #include "backends/ssh/sync.hpp"
@@ -85,7 +86,7 @@ class Handler : public SshNodesHandler {
     if (ended_) return;  // the launcher ended this session itself
     if (!first_) first_ = failure;
     if (nodes_) nodes_->stop_starting();
-    job_.node_failed(node, failure->message);
+    job_.node_failed(node, failure->message, failure->exit_code);
   }
   // The run is over (ClusterOptions::on_end): every session still open is
   // ended, and run() returns once each ssh has exited.
@@ -95,7 +96,7 @@ class Handler : public SshNodesHandler {
   }
   void attach(SshNodes& nodes) { nodes_ = &nodes; }
   const std::optional<env::NodeFailure>& first() const { return first_; }
-  const std::optional<env::NodeFailure>& failure(std::size_t node) const { return failures_[node]; }
+  const std::vector<std::optional<env::NodeFailure>>& failures() const { return failures_; }
 
  private:
   ClusterJob& job_;
@@ -160,7 +161,7 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   return chosen;
 }
 
-JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& make_observer) {
+JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& make_observer, SshSessions& sessions) {
   const auto& s = in.spec.ssh;
   auto chosen = choose_ssh_hosts(in.spec);
   auto opts = ssh_options(in.spec);
@@ -212,6 +213,9 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
     copts.listen = rendezvous::Endpoint{"", endpoint.port};
   }
   ClusterJob job(io, node_spec, copts, in.inherited, node_cwd);
+  sessions.run_id = job.run_id();
+  sessions.run_dir = job.run_dir();
+  for (const auto& n : chosen) sessions.hosts.push_back(n.entry.host);
   // The job validated --grace; "none" never gets here.
   session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       *env::parse_duration(in.spec.grace, "--grace") + env::Seconds(5));
@@ -272,18 +276,82 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
     // Returns once the job ended everywhere and every ssh has exited.
     outcome = job.run(make_observer);
   } catch (const Error&) {
+    sessions.failures = handler.failures();
     if (handler.first()) throw Error(handler.first()->message, handler.first()->exit_code);
     throw;
   }
-  // A node lost through the rendezvous: ssh knows why (killed, unreachable).
-  if (outcome.end.kind == env::JobEnd::Kind::NodeLost) {
-    for (std::size_t k = 0; k < chosen.size(); ++k) {
-      if (chosen[k].entry.host != outcome.end.host || !handler.failure(k)) continue;
-      outcome.end.reason = handler.failure(k)->message;
-      outcome.exit_code = handler.failure(k)->exit_code;
+  sessions.failures = handler.failures();
+  return outcome;
+}
+
+namespace {
+
+class SshBackend : public Backend {
+ public:
+  void check(LaunchContext& ctx) override {
+    const auto& spec = ctx.spec;
+    if (spec.ssh.hosts.empty() && spec.ssh.hostfile.empty())
+      throw Error(fmt::format("{}: needs hosts = [\"host:slots\", ...] or hostfile = \"FILE\" in [ssh]",
+                              where_set(spec, "resources.backend", "--backend ssh")));
+    if (spec.origins.contains("resources.nodes") && !spec.ssh.hosts.empty() &&
+        static_cast<int>(spec.ssh.hosts.size()) < spec.nodes)
+      throw Error(fmt::format("{}: [ssh] hosts lists only {} host{}",
+                              where_set(spec, "resources.nodes", fmt::format("--nnodes {}", spec.nodes)),
+                              spec.ssh.hosts.size(), spec.ssh.hosts.size() == 1 ? "" : "s"));
+    auto limits = node_limits(spec);
+    in_.join_timeout = limits.join_timeout;
+    in_.heartbeat_timeout = limits.heartbeat_timeout;
+    chosen_ = choose_ssh_hosts(ctx.spec);  // reads the hostfile: its mistakes are said before any ssh
+  }
+
+  PlannedLayout describe(const LaunchContext& ctx) override {
+    PlannedLayout layout;
+    for (const auto& n : chosen_) layout.nodes.push_back({n.entry.host, std::nullopt});
+    layout.master_addr = ctx.spec.rendezvous.master_addr.empty() && !chosen_.empty() ? chosen_.front().entry.host
+                                                                                     : ctx.spec.rendezvous.master_addr;
+    return layout;
+  }
+
+  BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) override {
+    in_.spec = ctx.spec;
+    in_.inherited = ctx.inherited;
+    in_.cwd = ctx.cwd;
+    in_.self_exe = ctx.self_exe;
+    struct Created {
+      LaunchContext& ctx;
+      SshSessions& s;
+      ~Created() {
+        ctx.run_id = s.run_id;
+        ctx.run_dir = s.run_dir;
+      }
+    } created{ctx, sessions_};
+    return {run_ssh_job(in_, observe, sessions_), {}};
+  }
+
+  // A node the rendezvous lost: its ssh session says why (an agent killed
+  // by a signal, the connection lost) and what that means as an exit code.
+  void refine_end(env::JobEnd& end) override {
+    if (end.kind != env::JobEnd::Kind::NodeLost) return;
+    for (std::size_t k = 0; k < sessions_.hosts.size() && k < sessions_.failures.size(); ++k) {
+      const auto& failure = sessions_.failures[k];
+      if (sessions_.hosts[k] != end.host || !failure) continue;
+      end.reason = failure->message;
+      end.code = failure->exit_code;
     }
   }
-  return outcome;
+
+ private:
+  SshLaunch in_;
+  std::vector<env::NodeAssignment> chosen_;
+  SshSessions sessions_;
+};
+
+}  // namespace
+
+BackendInfo ssh_backend_info() {
+  return {.name = "ssh", .flag_name = "ssh", .keys = ssh::spec_keys, .make = []() -> std::unique_ptr<Backend> {
+            return std::make_unique<SshBackend>();
+          }};
 }
 
 }  // namespace sgpu::launcher

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "backends/ssh/hosts.hpp"
+#include "backends/ssh/ssh_scripts.hpp"
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
 #include "sgpu/launcher/job/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
@@ -30,8 +32,21 @@ struct SshLaunch {
 // same number; pinned devices where a filter named them). Reads the hostfile.
 std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec);
 
-// The outcome, once every node has ended (a lost node's cause and exit code
-// refined by how its ssh ended); throws sgpu::Error when the job cannot start.
-JobOutcome run_ssh_job(const SshLaunch& launch, const ClusterJob::ObserverFactory& make_observer);
+// How each host's ssh session ended, by node rank: what explains a node the
+// rendezvous lost (killed agent: 128+N; connection lost: 255).
+struct SshSessions {
+  std::vector<std::string> hosts;
+  std::vector<std::optional<env::NodeFailure>> failures;
+  std::string run_id;
+  std::string run_dir;
+};
+
+// The outcome, once every node has ended and every ssh has exited; throws
+// sgpu::Error when the job cannot start. `sessions` is filled as it goes.
+JobOutcome run_ssh_job(const SshLaunch& launch, const ClusterJob::ObserverFactory& make_observer,
+                       SshSessions& sessions);
+
+// The ssh backend's registry line.
+BackendInfo ssh_backend_info();
 
 }  // namespace sgpu::launcher

@@ -21,7 +21,8 @@ AgentOptions agent_options(const StaticLaunch& launch) {
 }  // namespace
 
 JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret& secret,
-                           const ClusterJob::ObserverFactory& make_observer) {
+                           const ClusterJob::ObserverFactory& make_observer,
+                           const std::function<void(const std::string&, const std::string&)>& created) {
   boost::asio::io_context io(1);
   ClusterOptions options;
   options.nnodes = launch.nnodes;
@@ -31,6 +32,7 @@ JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret&
   options.heartbeat_timeout = launch.heartbeat_timeout;
   options.master_addr = launch.master_addr;
   ClusterJob job(io, launch.spec, options, launch.inherited, launch.cwd);
+  created(job.run_id(), job.run_dir());
 
   // This node's ranks join like every other node's, over loopback.
   auto local = agent_options(launch);

@@ -4,6 +4,7 @@
 // hosts the rendezvous on PORT and runs its own ranks through an agent on the
 // same loop, so its observer sees every node's ranks; the other nodes join it
 // as agents with their own command line's job.
+#include <functional>
 #include <string>
 
 #include "sgpu/env/duration.hpp"
@@ -30,9 +31,11 @@ struct StaticLaunch {
   std::string cwd;
 };
 
-// Node 0. Throws sgpu::Error when the rendezvous fails.
+// Node 0. `created` hears the run's id and directory as soon as they exist.
+// Throws sgpu::Error when the rendezvous fails.
 JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret& secret,
-                           const ClusterJob::ObserverFactory& make_observer);
+                           const ClusterJob::ObserverFactory& make_observer,
+                           const std::function<void(const std::string&, const std::string&)>& created);
 
 // Any other node: to the launcher's verdict, or to why it could not take part.
 AgentResult run_static_node(const StaticLaunch& launch, const rendezvous::Secret& secret);

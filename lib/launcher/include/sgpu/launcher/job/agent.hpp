@@ -35,9 +35,9 @@ struct AgentOptions {
   // agent inside the launcher's process, whose launcher owns the signals.
   bool handle_signals = true;
   env::Environment environment;  // inherited by ranks (the secret is removed)
-  // Started by srun (`sgpu agent --slurm-step`): each rank's SLURM task
-  // variables (SLURM_PROCID, ...) are set to its own place, not the agent's.
-  bool slurm_step = false;
+  // What the backend that started this agent adds to each rank for its
+  // place (srun's agents: SLURM_PROCID... of the rank, not of the agent).
+  std::function<void(const env::RankPlacement&, env::Environment&)> rank_environment;
   // Started over ssh (`sgpu agent --watch-stdin`): standard input is the ssh
   // session, and its end (the launcher closed it, or the connection or the
   // launcher is gone; sshd signals nothing) stops the ranks and ends the
@@ -72,5 +72,10 @@ class Agent {
 // `sgpu agent` and a static launch on a node other than 0: one agent on its
 // own loop, to the end.
 AgentResult run_agent(AgentOptions options, rendezvous::Secret secret);
+
+// How a node other than the launcher ends: the launcher's verdict is its
+// exit code (a line on stderr when it is not 0); an agent that could not
+// take part throws sgpu::Error with the reason and its code.
+int report_agent_result(const AgentResult& result);
 
 }  // namespace sgpu::launcher

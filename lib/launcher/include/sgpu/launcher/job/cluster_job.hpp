@@ -55,6 +55,14 @@ struct ClusterOptions {
   std::function<void()> on_end;
 };
 
+// --join-timeout and --heartbeat-timeout from the spec, checked (a limit,
+// not "none"); errors name where each was set.
+struct NodeLimits {
+  env::Seconds join_timeout{600};
+  env::Seconds heartbeat_timeout{10};
+};
+NodeLimits node_limits(const JobSpec& spec);
+
 class ClusterJob {
  public:
   // Listens at once; validates the spec's durations; creates the run
@@ -81,7 +89,10 @@ class ClusterJob {
   // A backend could not start node `node_rank` or lost it (ssh exited, srun
   // failed): before the start the rendezvous ends with this message; during
   // the run the node counts as lost. Ignored once the node has reported.
-  void node_failed(int node_rank, const std::string& why);
+  // `code` is what the node's ending means when the backend knows it (ssh's
+  // 255, 128+N for an agent killed by signal N): the exit code of a run that
+  // ends for this node. A later call refines a loss the rendezvous saw first.
+  void node_failed(int node_rank, const std::string& why, std::optional<int> code = std::nullopt);
 
   // Called once, when every node has joined and the ranks start: the whole
   // job's plan (every node's ranks with their host, the run directory, the
@@ -99,8 +110,5 @@ class ClusterJob {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// One line for the end of a run (agents print it; logs keep it).
-std::string describe_end(const env::JobEnd& end, int exit_code);
 
 }  // namespace sgpu::launcher

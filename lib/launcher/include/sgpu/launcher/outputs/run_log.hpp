@@ -22,8 +22,6 @@ namespace sgpu::launcher {
 nlohmann::ordered_json rank_exited_event(int rank, const std::string& host, int pid, const env::ExitStatus& status,
                                          bool terminated_by_sgpu, double duration_s);
 nlohmann::ordered_json teardown_event(const env::JobEnd& cause);
-// "completed", "rank_failed", "timed_out", "interrupted", "spawn_failed", "node_lost".
-const char* job_end_name(env::JobEnd::Kind kind);
 
 class RunLog : public JobObserver {
  public:

@@ -3,6 +3,7 @@
 // starting anything, reserving a port or creating the run directory. Values
 // only known at launch are shown as placeholders (<run-id>, <free port>).
 // Secrets in the environment are masked (env/secrets.hpp). Pure.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,18 @@ struct DryRun {
   std::vector<std::string> notes;
 };
 
+// How the chosen backend lays the job out (backend.hpp's PlannedLayout,
+// repeated here so the plan stays below the backends).
+struct DryRunNode {
+  std::string host;
+  std::optional<std::vector<env::Gpu>> gpus;  // this node's; nullopt: planned with the GPUs asked for
+};
+
 struct DryRunInputs {
-  std::vector<env::Gpu> inventory;  // this node's
+  std::vector<DryRunNode> nodes;
+  std::string master_addr;         // "" on one node
+  std::vector<std::string> notes;  // the backend's
+  std::string backend;             // "local", "static", "ssh", "slurm"
   env::Environment inherited;
   std::string cwd;
   std::string executable;

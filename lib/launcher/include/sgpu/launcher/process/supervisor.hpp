@@ -37,7 +37,8 @@ struct RankRecord {
 
 struct JobOutcome {
   env::JobEnd end;
-  int exit_code = 0;
+  // sgpu's exit code: always derived from the recorded end, never stored.
+  int exit_code() const { return env::job_exit_code(end); }
   std::vector<RankRecord> ranks;
   Clock::time_point started{};
   Clock::time_point ended{};

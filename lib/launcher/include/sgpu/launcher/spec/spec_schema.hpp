@@ -63,10 +63,16 @@ struct KeyInfo {
   std::vector<std::string_view> choices = {};  // Choice, RankCount words
   bool none_ok = true;                         // Duration: "none" allowed
   void (*apply)(JobSpec&, const Setting&) = nullptr;
+  std::string_view backend = {};  // the backend whose table this is ("ssh"); "" for sgpu's own keys
 };
 
-// The whole schema, in the order --help and error messages list it.
+// The whole schema, in the order --help and error messages list it: sgpu's
+// own keys, then each backend's table. Assembled by the backend registry
+// (backends/registry.cpp), which knows every backend.
 const std::vector<KeyInfo>& spec_keys();
+
+// sgpu's own keys: [job], [resources], [env], [timeouts], [output], [rendezvous].
+std::vector<KeyInfo> core_spec_keys();
 
 // The row for "resources.gpus", or for "env.NAME" the [env] row; nullptr
 // when there is no such key.

@@ -1,0 +1,119 @@
+#pragma once
+// Where a job's ranks run. A backend is one folder under
+// lib/launcher/src/backends/ and one line in its registry
+// (backends/registry.cpp); the launch engine (launch.hpp) drives every
+// backend the same way:
+//
+//   check(ctx)         the spec fits this backend; what can be resolved
+//                      before anything starts is (this node's GPUs, hosts)
+//   describe(ctx)      its nodes, for --dry-run; starts nothing
+//   run(ctx, observe)  the job to its end: this node's ranks, or agents on
+//                      other nodes through the rendezvous (ClusterJob)
+//   refine_end(end)    what only the backend knows of how the job ended
+//                      (an ssh session's code, SLURM's time limit); the exit
+//                      code is then derived from the end, never set here
+//   release(code)      what the backend holds (an allocation) goes back,
+//                      once, however the run ended
+//
+// Job control (fail-fast, the timeout, the grace, signals) is not a
+// backend's business: Supervisor and ClusterJob share one JobControl.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "sgpu/env/gpu.hpp"
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/job/agent.hpp"
+#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
+#include "sgpu/launcher/spec/spec_schema.hpp"
+
+namespace sgpu::launcher {
+
+// One launch, as every backend sees it.
+struct LaunchContext {
+  JobSpec spec;                // resolved from every source; check() may complete it
+  env::Environment inherited;  // sgpu's own environment
+  std::string cwd;
+  std::string self_exe;  // this sgpu binary: what agents on other nodes run
+  // Set by the backend once it has created the run directory, so a run that
+  // fails to start still leaves its summary there.
+  std::string run_dir;
+  std::string run_id;
+};
+
+// A node as --dry-run shows it.
+struct PlannedNode {
+  std::string host;  // "this node", "gpu-a", "SLURM node 1 (node3)"
+  // This node's real GPUs and environment, when the plan is made where the
+  // ranks run; nullopt: planned with the GPUs asked for, checked there at launch.
+  std::optional<std::vector<env::Gpu>> gpus;
+};
+
+struct PlannedLayout {
+  std::vector<PlannedNode> nodes;
+  std::string master_addr;         // "" on one node (127.0.0.1)
+  std::vector<std::string> notes;  // settings the backend will not use, said once
+};
+
+// How run() ended: the job this process hosted (every rank seen by the
+// observer), or this node's part of a job another node hosts.
+struct BackendRun {
+  std::optional<JobOutcome> hosted;
+  AgentResult as_node;  // when `hosted` is empty
+};
+
+// Called once, when the job's ranks are placed: the whole job's plan. It
+// returns the observer that sees every rank (console, logs, report).
+using ObserverFactory = std::function<JobObserver&(boost::asio::io_context&, const LaunchPlan&)>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Throws sgpu::Error naming the setting at fault and what is valid.
+  virtual void check(LaunchContext& ctx) = 0;
+  virtual PlannedLayout describe(const LaunchContext& ctx) = 0;
+  // Throws sgpu::Error when the job cannot start (a host unreachable, an
+  // allocation refused, the rendezvous failed).
+  virtual BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) = 0;
+  virtual void refine_end(env::JobEnd& /*end*/) {}
+  virtual void release(int /*exit_code*/) {}
+};
+
+struct BackendInfo {
+  std::string_view name;       // "ssh": in messages and ARCHITECTURE.md
+  std::string_view flag_name;  // what --backend calls it ("local" for static multi-node too)
+  // Its rows of the spec schema (an [ssh] table...), merged into spec_keys().
+  std::vector<KeyInfo> (*keys)() = nullptr;
+  // How strongly it wants a job whose --backend was not given, or named
+  // its flag_name: the highest offer wins, 0 declines (SLURM offers itself
+  // inside an allocation).
+  int (*offer)(const JobSpec& spec, const env::Environment& inherited) = nullptr;
+  std::unique_ptr<Backend> (*make)() = nullptr;
+  // `sgpu agent --<name>-step`: an agent this backend's scheduler started
+  // learns its place from the scheduler's environment.
+  void (*configure_agent)(AgentOptions& options, const env::Environment& inherited) = nullptr;
+};
+
+// Every backend, in registry order.
+const std::vector<BackendInfo>& backends();
+
+// Adds a backend after the built-in ones (tests drive the engine with a
+// fake one). Its keys only count if it is added before the first spec is read.
+void register_backend(const BackendInfo& info);
+
+// The backend for this job: --backend's, else the best offer. Throws
+// sgpu::Error for a --backend no backend answers to.
+const BackendInfo& choose_backend(const JobSpec& spec, const env::Environment& inherited);
+
+// The backend called `name` (exact), or nullptr.
+const BackendInfo* find_backend(std::string_view name);
+
+}  // namespace sgpu::launcher

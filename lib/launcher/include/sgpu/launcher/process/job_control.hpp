@@ -1,0 +1,83 @@
+#pragma once
+// The one job-ending policy, for a one-node Supervisor and a multi-node
+// ClusterJob alike. The first cause to end the job wins and is recorded (a
+// rank failed, the timeout, a signal to sgpu, a lost node); the job is then
+// torn down: the cause's signal to everything, SIGKILL after the grace, and
+// at once on a second SIGINT/SIGTERM/SIGHUP. SIGUSR1/SIGUSR2 pass through as
+// they are. What "everything" is belongs to the caller (process groups on
+// this node, or every node through the rendezvous): it implements Actions.
+#include <optional>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/exit_code.hpp"
+
+namespace sgpu::launcher {
+
+struct JobControlOptions {
+  std::optional<env::Seconds> timeout;  // nullopt: no limit (an agent: its launcher has it)
+  env::Seconds grace{30};
+  // Off when something else on the loop owns SIGINT/SIGTERM/SIGHUP (a node
+  // agent inside the launcher's process obeys the launcher instead).
+  bool handle_signals = true;
+};
+
+class JobControl {
+ public:
+  class Actions {
+   public:
+    virtual ~Actions() = default;
+    // Teardown: `sig` to every rank (or node) still running.
+    virtual void signal_job(int sig) = 0;
+    // SIGKILL to everything still running, now.
+    virtual void kill_job() = 0;
+    // SIGUSR1/SIGUSR2 as they are (a checkpoint before preemption).
+    virtual void forward_signal(int sig) = 0;
+    // The job is ending for `cause` (observers hear of it here).
+    virtual void on_stopping(const env::JobEnd& cause) = 0;
+    // A SIGINT/SIGTERM/SIGHUP before start(): the caller ends its own way
+    // (a rendezvous still waiting for nodes aborts). Default: ignored.
+    virtual void on_signal_before_start(int /*sig*/) {}
+  };
+
+  JobControl(boost::asio::io_context& io, JobControlOptions options, Actions& actions);
+  JobControl(const JobControl&) = delete;
+  JobControl& operator=(const JobControl&) = delete;
+
+  // Signals are handled from now on (with handle_signals).
+  void watch_signals();
+  // The job runs: the timeout starts.
+  void start();
+  // Ends the job for `cause` with `sig` first; only the first cause counts.
+  void stop(const env::JobEnd& cause, int sig);
+  // A rank ended: a failure ends the job (fail-fast), unless it is ending already.
+  void rank_exited(int rank, const env::ExitStatus& status, const std::string& host = {});
+  // SIGKILL to everything now (a second signal, or an order from a launcher).
+  void kill();
+  // Nothing is left running: no grace or timeout is needed any more.
+  void all_exited();
+  // The job is over: timers and signal handlers are released.
+  void finish();
+
+  bool stopping() const { return stopping_; }
+  bool started() const { return started_; }
+  const env::JobEnd& end() const { return end_; }
+
+ private:
+  void arm_signals();
+
+  JobControlOptions options_;
+  Actions& actions_;
+  boost::asio::signal_set signals_;
+  boost::asio::steady_timer timeout_timer_;
+  boost::asio::steady_timer grace_timer_;
+  env::JobEnd end_;
+  bool started_ = false;
+  bool stopping_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace sgpu::launcher

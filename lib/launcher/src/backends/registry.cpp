@@ -1,0 +1,91 @@
+// The backend registry: one line per backend. Adding a backend is a folder
+// under backends/, its line here and its sources in lib/launcher/CMakeLists.txt
+// (ARCHITECTURE.md, "Adding a backend").
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "backends/local/local_backend.hpp"
+#include "backends/slurm/slurm_launch.hpp"
+#include "backends/ssh/ssh_backend.hpp"
+#include "backends/static/static_backend.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/backend.hpp"
+
+namespace sgpu::launcher {
+namespace {
+
+std::vector<BackendInfo>& table() {
+  static std::vector<BackendInfo> all = {
+      local::info(),
+      static_nodes::info(),
+      ssh_backend_info(),
+      slurm_backend_info(),
+  };
+  return all;
+}
+
+std::string valid_names() {
+  std::vector<std::string_view> names;
+  for (const auto& b : table())
+    if (std::find(names.begin(), names.end(), b.flag_name) == names.end()) names.push_back(b.flag_name);
+  std::string out;
+  for (auto n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+}  // namespace
+
+const std::vector<BackendInfo>& backends() { return table(); }
+
+void register_backend(const BackendInfo& info) { table().push_back(info); }
+
+const BackendInfo* find_backend(std::string_view name) {
+  for (const auto& b : table())
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+const BackendInfo& choose_backend(const JobSpec& spec, const env::Environment& inherited) {
+  // Named (--backend, the spec file, --set): only the backends answering to that name.
+  bool named = spec.origins.contains("resources.backend");
+  const BackendInfo* best = nullptr;
+  int best_offer = -1;
+  for (const auto& b : table()) {
+    if (named && b.flag_name != spec.backend) continue;
+    int offer = b.offer ? b.offer(spec, inherited) : 0;
+    if (!named && offer <= 0) continue;
+    if (offer > best_offer) {
+      best = &b;
+      best_offer = offer;
+    }
+  }
+  if (best == nullptr)
+    throw Error(fmt::format("{}: no such backend (valid: {})",
+                            where_set(spec, "resources.backend", "--backend " + spec.backend), valid_names()));
+  return *best;
+}
+
+// The whole schema: sgpu's own keys, then each backend's table, each row
+// marked with its backend so settings for another backend are noted.
+const std::vector<KeyInfo>& spec_keys() {
+  static const std::vector<KeyInfo> keys = [] {
+    auto all = core_spec_keys();
+    std::vector<std::string_view> names;
+    for (const auto& b : table())
+      if (std::find(names.begin(), names.end(), b.flag_name) == names.end()) names.push_back(b.flag_name);
+    for (auto& k : all)
+      if (k.path == "resources.backend") k.choices = names;
+    for (const auto& b : table()) {
+      if (b.keys == nullptr) continue;
+      for (auto& k : b.keys()) {
+        k.backend = b.flag_name;
+        all.push_back(std::move(k));
+      }
+    }
+    return all;
+  }();
+  return keys;
+}
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,114 @@
+// The launch engine (launch.hpp): the same steps for every backend.
+#include "sgpu/launcher/launch.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/backend.hpp"
+#include "sgpu/launcher/outputs/outputs.hpp"
+#include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/outputs/summary.hpp"
+#include "sgpu/launcher/plan/dry_run.hpp"
+#include "sgpu/launcher/plan/run_dir.hpp"
+
+namespace sgpu::launcher {
+namespace {
+
+// A run that could not start still answers as any run does: summary.json
+// where a run directory was made, and the summary on stdout with -o json.
+void report_not_started(const LaunchContext& ctx, const Error& error) {
+  env::JobEnd end;
+  end.kind = env::JobEnd::Kind::NotStarted;
+  end.reason = error.what();
+  end.code = error.exit_code();
+  auto doc = not_started_json(ctx.run_id, ctx.run_dir, end);
+  if (!ctx.run_dir.empty()) {
+    try {
+      write_file_atomic((std::filesystem::path(ctx.run_dir) / "summary.json").string(), dump_json(doc));
+    } catch (const Error&) {  // the error being reported is the one that matters
+    }
+  }
+  if (ctx.spec.output_format != "json") return;
+  auto text = dump_json(doc);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int launch(LaunchRequest request) {
+  LaunchContext ctx{std::move(request.resolved.spec), std::move(request.inherited), std::move(request.cwd),
+                    std::move(request.self_exe), {}, {}};
+  const auto& info = choose_backend(ctx.spec, ctx.inherited);
+  auto backend = info.make();
+  std::signal(SIGPIPE, SIG_IGN);
+  // The console, logs and report are made once the ranks are placed.
+  std::unique_ptr<JobOutputs> outputs;
+  ObserverFactory observe = [&](boost::asio::io_context& io, const LaunchPlan& plan) -> JobObserver& {
+    check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
+    outputs = std::make_unique<JobOutputs>(io, ctx.spec, plan, ctx.inherited);
+    return outputs->observer();
+  };
+  BackendRun result;
+  try {
+    backend->check(ctx);
+    result = backend->run(ctx, observe);
+  } catch (const Error& e) {
+    backend->release(e.exit_code());
+    report_not_started(ctx, e);
+    throw;
+  }
+  if (!result.hosted) {  // this node's part of a run another node hosts
+    backend->release(result.as_node.exit_code);
+    return report_agent_result(result.as_node);
+  }
+  auto& outcome = *result.hosted;
+  backend->refine_end(outcome.end);
+  // The one exit code: derived from the recorded end, reported everywhere.
+  int code = outputs ? outputs->finish(outcome) : outcome.exit_code();
+  backend->release(code);
+  return code;
+}
+
+int dry_run(LaunchRequest request) {
+  LaunchContext ctx{std::move(request.resolved.spec), std::move(request.inherited), std::move(request.cwd),
+                    std::move(request.self_exe), {}, {}};
+  try {
+    const auto& info = choose_backend(ctx.spec, ctx.inherited);
+    auto backend = info.make();
+    backend->check(ctx);
+    auto layout = backend->describe(ctx);
+    request.resolved.spec = ctx.spec;
+    DryRunInputs in;
+    for (auto& n : layout.nodes) in.nodes.push_back({n.host, n.gpus});
+    in.master_addr = layout.master_addr;
+    in.notes = layout.notes;
+    in.backend = info.flag_name;
+    in.inherited = ctx.inherited;
+    in.cwd = ctx.cwd;
+    in.config = request.config;
+    in.runs_root = ctx.spec.log_dir.empty() ? default_runs_root(ctx.inherited)
+                                            : std::filesystem::absolute(ctx.spec.log_dir).string();
+    bool here = std::any_of(layout.nodes.begin(), layout.nodes.end(), [](const auto& n) { return n.gpus.has_value(); });
+    if (here) {  // ranks run on this node: their program is looked up now
+      in.executable = resolve_program(ctx.spec, ctx.inherited, ctx.cwd);
+    } else if (ctx.spec.entrypoint.kind == env::Entrypoint::Kind::Executable) {
+      in.executable = ctx.spec.entrypoint.target;  // remote nodes resolve their own, at launch
+    } else {
+      in.executable = ctx.spec.python.empty() ? "python3" : ctx.spec.python;
+    }
+    auto plan = make_dry_run(request.resolved, in);
+    fmt::print("{}", ctx.spec.output_format == "json" ? dry_run_json(plan) : dry_run_text(plan));
+    return 0;
+  } catch (const Error& e) {
+    throw Error(e.what(), kExitUsage);  // a dry run reports problems with 2, whatever they are
+  }
+}
+
+}  // namespace sgpu::launcher
