@@ -35,7 +35,7 @@ void JobControl::arm_signals() {
       end.signal = sig;
       stop(end, sig);
     }
-    arm_signals();
+    if (!finished_) arm_signals();  // what it did may have ended the job (a rendezvous aborted)
   });
 }
 

@@ -379,7 +379,12 @@ JobOutcome SlurmSession::run(const ClusterJob::ObserverFactory& make_observer) {
 
 void SlurmSession::refine_end(env::JobEnd& end) const {
   const auto* run = impl_->run.get();
-  if (run == nullptr || !run->scheduler_stopped || end.kind == env::JobEnd::Kind::Completed) return;
+  if (run == nullptr || !run->scheduler_stopped) return;
+  // SLURM's signal reached ranks or agents first (their ends are its effect);
+  // a lost node stays the cause unless SLURM's time limit ended everything.
+  using Kind = env::JobEnd::Kind;
+  bool effect = end.kind == Kind::RankFailed || end.kind == Kind::Interrupted || end.kind == Kind::SpawnFailed;
+  if (!effect && !(run->time_limit && end.kind != Kind::Completed)) return;
   env::JobEnd stopped;
   stopped.kind = env::JobEnd::Kind::StoppedByScheduler;
   stopped.reason = run->slurm_said;
