@@ -43,8 +43,12 @@ void report_not_started(const LaunchContext& ctx, const Error& error) {
 }  // namespace
 
 int launch(LaunchRequest request) {
-  LaunchContext ctx{std::move(request.resolved.spec), std::move(request.inherited), std::move(request.cwd),
-                    std::move(request.self_exe), {}, {}};
+  LaunchContext ctx{std::move(request.resolved.spec),
+                    std::move(request.inherited),
+                    std::move(request.cwd),
+                    std::move(request.self_exe),
+                    {},
+                    {}};
   const auto& info = choose_backend(ctx.spec, ctx.inherited);
   auto backend = info.make();
   std::signal(SIGPIPE, SIG_IGN);
@@ -77,8 +81,12 @@ int launch(LaunchRequest request) {
 }
 
 int dry_run(LaunchRequest request) {
-  LaunchContext ctx{std::move(request.resolved.spec), std::move(request.inherited), std::move(request.cwd),
-                    std::move(request.self_exe), {}, {}};
+  LaunchContext ctx{std::move(request.resolved.spec),
+                    std::move(request.inherited),
+                    std::move(request.cwd),
+                    std::move(request.self_exe),
+                    {},
+                    {}};
   try {
     const auto& info = choose_backend(ctx.spec, ctx.inherited);
     auto backend = info.make();

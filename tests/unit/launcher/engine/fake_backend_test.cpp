@@ -56,7 +56,8 @@ struct FakeNode : rdzv::ClientHandler {
     return {a.node_rank == 0 ? 29500U : 0U};  // node 0 names MASTER_PORT (nothing listens: no rank runs)
   }
   void on_start(const rdzv::Start&) override {
-    for (std::uint32_t r = 0; r < 2; ++r) client->send(rdzv::RankStarted{assign.rank_base + r, 1000 + static_cast<int>(r)});
+    for (std::uint32_t r = 0; r < 2; ++r)
+      client->send(rdzv::RankStarted{assign.rank_base + r, 1000 + static_cast<int>(r)});
     running = 2;
     if (behaviour == "ok") {
       exit_rank(assign.rank_base, sgpu::env::ExitStatus::exited(0), false);
@@ -150,9 +151,9 @@ struct Run {
 Run launch_fake(std::vector<std::string> behaviours, const std::string& timeout = "1m") {
   static bool registered = false;
   if (!registered) {
-    register_backend({.name = "fake",
-                      .flag_name = "fake",
-                      .make = []() -> std::unique_ptr<Backend> { return std::make_unique<FakeBackend>(); }});
+    register_backend({.name = "fake", .flag_name = "fake", .make = []() -> std::unique_ptr<Backend> {
+                        return std::make_unique<FakeBackend>();
+                      }});
     registered = true;
   }
   g_behaviours = std::move(behaviours);
@@ -236,8 +237,8 @@ TEST_CASE("engine: choose_backend") {
   multi.rendezvous.node_rank = 1;
   CHECK(choose_backend(multi, plain).name == "static");
   CHECK(choose_backend(multi, in_slurm).name == "static");  // a static launch inside an allocation stays static
-  CHECK_THROWS_WITH_AS(choose_backend(spec_with("k8s", true), plain), doctest::Contains("no such backend (valid: local"),
-                       sgpu::Error);
+  CHECK_THROWS_WITH_AS(choose_backend(spec_with("k8s", true), plain),
+                       doctest::Contains("no such backend (valid: local"), sgpu::Error);
   // Each backend's table is in the schema, marked as its own.
   bool ssh_key = false;
   for (const auto& k : spec_keys())

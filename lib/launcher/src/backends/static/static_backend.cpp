@@ -37,9 +37,10 @@ StaticLaunch static_launch_from(const JobSpec& spec, const env::Environment& inh
     if (r.node_rank && *r.node_rank != 0)
       throw Error(fmt::format("{}: a one-node run has only node rank 0",
                               where_set(spec, "rendezvous.node_rank", fmt::format("--node-rank {}", *r.node_rank))));
-    throw Error(fmt::format("{}: the rendezvous is for multi-node runs; give --nnodes N (N > 1) on every node, or "
-                            "drop it",
-                            where_set(spec, "rendezvous.endpoint", "--rdzv-endpoint " + r.endpoint)));
+    throw Error(
+        fmt::format("{}: the rendezvous is for multi-node runs; give --nnodes N (N > 1) on every node, or "
+                    "drop it",
+                    where_set(spec, "rendezvous.endpoint", "--rdzv-endpoint " + r.endpoint)));
   }
   if (r.endpoint.empty())
     throw Error(fmt::format("{} needs --rdzv-endpoint HOST:PORT: the rendezvous node 0 hosts, which every node reaches",
@@ -84,7 +85,8 @@ class StaticBackend : public Backend {
       else
         layout.nodes.push_back({fmt::format("node {} (run sgpu launch --node-rank {} there)", k, k), std::nullopt});
     }
-    layout.master_addr = ctx.spec.rendezvous.master_addr.empty() ? "<address of node 0>" : ctx.spec.rendezvous.master_addr;
+    layout.master_addr =
+        ctx.spec.rendezvous.master_addr.empty() ? "<address of node 0>" : ctx.spec.rendezvous.master_addr;
     return layout;
   }
 
