@@ -16,10 +16,10 @@
 
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
-#include "sgpu/launcher/job/events.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/rendezvous/client.hpp"
 #include "sgpu/rendezvous/host_info.hpp"

@@ -13,7 +13,7 @@
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
-#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
 

@@ -11,7 +11,7 @@
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/job/agent.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
-#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
 #include "sgpu/rendezvous/auth.hpp"

@@ -27,8 +27,8 @@
 
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/rank_env.hpp"
-#include "sgpu/launcher/job/events.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
 #include "sgpu/rendezvous/auth.hpp"

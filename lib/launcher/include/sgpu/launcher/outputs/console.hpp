@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "sgpu/launcher/job/events.hpp"
 #include "sgpu/launcher/outputs/console_sink.hpp"
+#include "sgpu/launcher/process/events.hpp"
 
 namespace sgpu::launcher {
 

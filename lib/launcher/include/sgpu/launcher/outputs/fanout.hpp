@@ -4,7 +4,7 @@
 // the console and the status line.
 #include <vector>
 
-#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/process/events.hpp"
 
 namespace sgpu::launcher {
 

@@ -10,8 +10,8 @@
 #include <boost/asio/io_context.hpp>
 
 #include "sgpu/env/rank_env.hpp"
-#include "sgpu/launcher/job/events.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
 

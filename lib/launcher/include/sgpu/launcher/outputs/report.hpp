@@ -11,8 +11,8 @@
 
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/exit_code.hpp"
-#include "sgpu/launcher/job/events.hpp"
 #include "sgpu/launcher/outputs/error_file.hpp"
+#include "sgpu/launcher/process/events.hpp"
 
 namespace sgpu::launcher {
 

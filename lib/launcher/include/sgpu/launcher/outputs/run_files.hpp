@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/process/events.hpp"
 
 namespace sgpu::launcher {
 

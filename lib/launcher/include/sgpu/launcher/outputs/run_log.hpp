@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sgpu/launcher/job/events.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/process/events.hpp"
 
 namespace sgpu::launcher {
 

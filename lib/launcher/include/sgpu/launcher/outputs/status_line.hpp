@@ -10,8 +10,8 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "sgpu/env/duration.hpp"
-#include "sgpu/launcher/job/events.hpp"
 #include "sgpu/launcher/outputs/console_sink.hpp"
+#include "sgpu/launcher/process/events.hpp"
 
 namespace sgpu::launcher {
 

@@ -13,7 +13,7 @@
 
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/exit_code.hpp"
-#include "sgpu/launcher/job/events.hpp"
+#include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/rank_process.hpp"
 
 namespace sgpu::launcher {
