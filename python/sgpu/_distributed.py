@@ -78,7 +78,7 @@ class DistributedFunction(Generic[P, R]):
         died otherwise (a signal, ``os._exit``); KeyboardInterrupt stops
         every rank, then is raised again.
         """
-        import cloudpickle
+        import cloudpickle  # type: ignore[import-untyped]
 
         staging = os.path.join(_state_home(), "python")
         os.makedirs(staging, exist_ok=True)
@@ -109,8 +109,11 @@ def _keep_payload(path: str, summary: Optional[Summary]) -> None:
     try:
         if summary is not None and summary.run_dir and os.path.isdir(summary.run_dir):
             os.replace(path, os.path.join(summary.run_dir, "payload.pkl"))
-        else:
-            os.unlink(path)
+            return
+    except OSError:
+        pass  # another file system: not worth a copy
+    try:
+        os.unlink(path)
     except OSError:
         pass
 
@@ -139,8 +142,8 @@ def _raise_remote(summary: Summary, rank: int, record: tuple[Any, ...]) -> None:
     host = summary.ranks[rank].get("host", "?") if rank < len(summary.ranks) else "?"
     cause = RemoteTraceback(rank, int(summary.get("world_size", 0)), host, text)
     try:
-        exc.sgpu_rank = rank  # type: ignore[attr-defined]
-        exc.sgpu_summary = summary  # type: ignore[attr-defined]
+        setattr(exc, "sgpu_rank", rank)  # noqa: B010 - attributes of whatever class the rank raised
+        setattr(exc, "sgpu_summary", summary)  # noqa: B010
         if hasattr(exc, "add_note"):
             exc.add_note(f"(raised by rank {rank} of sgpu run {summary.run_id}; logs in {summary.run_dir})")
     except AttributeError:
@@ -216,7 +219,7 @@ def distributed(fn: Any = None, /, *, gpus: Optional[int] = None, gpu_type: Opti
         if options.get("backend") not in (None, "local"):
             raise ValueError(f"backend={options['backend']!r} runs remotely: pass remote=True")
         options["backend"] = "local"
-    options.update(gpus=gpus, gpu_type=gpu_type, nproc=nproc, timeout=timeout)
+    options.update(gpus=gpus, gpu_type=gpu_type, nproc=nproc, timeout="none" if timeout is None else timeout)
 
     def wrap(f: Callable[P, R]) -> DistributedFunction[P, R]:
         if not callable(f):

@@ -83,7 +83,8 @@ def command_line(entrypoint: Optional[str] = None, args: Sequence[Any] = (), *,
 
     Each keyword is the flag of the same name (``nproc=4`` is ``--nproc 4``,
     ``log_dir=...`` is ``--log-dir ...``): True gives a bare flag, False and
-    None leave it out, a list repeats it. ``overrides={"resources.gpus": 8}``
+    None leave it out (``timeout="none"`` is no time limit), a list repeats
+    it; durations may be seconds (``timeout=90``). ``overrides={"resources.gpus": 8}``
     gives ``--set resources.gpus=8``; ``env={"NCCL_DEBUG": "INFO"}`` gives
     ``--set env.NCCL_DEBUG=INFO`` (every rank's environment, on every backend).
     """

@@ -24,9 +24,9 @@ def _dumps(obj: Any) -> bytes:
     try:
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # classes defined in __main__, lambdas: by value
-        import cloudpickle
+        import cloudpickle  # type: ignore[import-untyped]
 
-        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return bytes(cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _write(path: str, data: bytes) -> None:

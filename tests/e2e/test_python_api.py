@@ -75,6 +75,31 @@ def py(venv, tmp_path):
     return run
 
 
+@pytest.mark.parametrize("call, argv", [
+    ((("train.py", "--epochs", "3"), {"nproc": 4}), ["launch", "--nproc", "4", "-o", "json", "--", "train.py",
+                                                      "--epochs", "3"]),
+    ((("m.mod",), {"module": True, "no_python": False, "gpus": None}), ["launch", "--module", "-o", "json", "--",
+                                                                        "m.mod"]),
+    (((), {"config": "job.toml"}), ["launch", "--config", "job.toml", "-o", "json"]),
+    ((("t.py",), {"timeout": None, "grace": 2.5}), ["launch", "--grace", "2.5", "-o", "json", "--", "t.py"]),
+    ((("t.py",), {"timeout": "none"}), ["launch", "--timeout", "none", "-o", "json", "--", "t.py"]),
+    ((("t.py",), {"timeout": 90.0, "x": ["A", "B=1"]}), ["launch", "--timeout", "90", "-x", "A", "-x", "B=1",
+                                                         "-o", "json", "--", "t.py"]),
+    ((("t.py",), {"overrides": {"resources.gpus": 8, "job.args": ["--lr", 0.1], "output.raw": True},
+                  "env": {"NCCL_DEBUG": "INFO"}}),
+     ["launch", "--set", "resources.gpus=8", "--set", 'job.args=["--lr", 0.1]', "--set", "output.raw=true",
+      "--set", "env.NCCL_DEBUG=INFO", "-o", "json", "--", "t.py"]),
+])
+def test_command_line(call, argv):
+    sys.path.insert(0, str(ROOT / "python"))
+    try:
+        from sgpu import command_line
+    finally:
+        sys.path.remove(str(ROOT / "python"))
+    args, kwargs = call
+    assert command_line(args[0] if args else None, args[1:], **kwargs) == argv
+
+
 def last_json(stdout):
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -102,7 +127,7 @@ def test_ddp_training_through_distributed_matches_the_example(py, tmp_path):
     # function in __main__ on 4 ranks: the same final loss on every rank.
     example = py.write("example.py", f"""
         import json, sgpu
-        s = sgpu.launch("{ROOT}/examples/ddp_mlp.py", "--epochs", "2", nproc=4, python="/usr/bin/python3")
+        s = sgpu.launch("{ROOT}/examples/ddp_mlp.py", "--epochs", "1", nproc=4, python="/usr/bin/python3")
         print(json.dumps({{"exit": s.exit_code, "results": s.results}}))
     """)
     res = py(example)
@@ -125,7 +150,7 @@ def test_ddp_training_through_distributed_matches_the_example(py, tmp_path):
             with open(os.environ["SGPU_RESULT_FILE"]) as f:   # what the example itself saves
                 return json.load(f)
 
-        print(json.dumps(train.distributed(2)))
+        print(json.dumps(train.distributed(1)))
     """)
     res = py(caller)
     assert res.returncode == 0, res.stderr
