@@ -264,7 +264,7 @@ def test_keyboard_interrupt_cancels_the_run_and_leaves_no_rank(py):
     caller = py.write("caller.py", """
         import os, sys, time, sgpu
 
-        @sgpu.distributed(nproc=2)
+        @sgpu.distributed(nproc=2, timeout=90)   # a bound, should the interrupt be lost
         def wait():
             print(f"ready {os.getpid()}", flush=True)
             time.sleep(120)
