@@ -18,6 +18,7 @@ import footprint
 import launch
 import multinode
 import output
+import python_api
 import rendezvous
 import report
 from peers import ENV_NOTE, Context, base_env
@@ -30,6 +31,7 @@ SECTIONS = {
     "footprint": footprint.run,
     "rendezvous": rendezvous.run,
     "multinode": multinode.run,
+    "python": python_api.run,
 }
 
 METHOD = """\

@@ -179,6 +179,22 @@ def test_timestamps(sgpu):
         assert re.fullmatch(r"\[[01]\] \d\d:\d\d:\d\d\.\d{3} hi", line), line
 
 
+def test_a_binary_result_is_named_not_mangled(sgpu):
+    # A pickle (bytes that are not UTF-8) has no JSON form: result is null and
+    # result_file says where its bytes are, untouched; text results keep theirs.
+    script = (r'case $RANK in 0) printf "\200\005K\052." > "$SGPU_RESULT_FILE";; '
+              '1) echo \'{"acc": 1}\' > "$SGPU_RESULT_FILE";; esac')
+    res = sgpu.run("launch", "--nproc", 3, "-o", "json", "--no-python", "sh", "-c", script)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["results"] == [None, {"acc": 1}, None]
+    rows = doc["ranks"]
+    assert rows[0]["result_file"] == f"{doc['run_dir']}/ranks/0/result"
+    assert open(rows[0]["result_file"], "rb").read() == b"\x80\x05K*."
+    assert rows[1]["result_file"] == f"{doc['run_dir']}/ranks/1/result"
+    assert rows[2]["result_file"] is None  # rank 2 wrote none
+
+
 def test_results_in_rank_order_and_the_json_document(sgpu):
     script = ('case $RANK in 0) echo \'{"loss": 0.25, "steps": [1, 2]}\' > "$SGPU_RESULT_FILE";; '
               '1) echo done > "$SGPU_RESULT_FILE";; 3) printf "{broken" > "$SGPU_RESULT_FILE";; esac; echo line $RANK')

@@ -138,6 +138,7 @@ struct JobOutputs::Impl {
       rank.rank = r.place.rank;
       rank.host = r.host.empty() ? host : r.host;
       auto result = read_file(r.files.result_file, kResultLimit + 1);
+      if (result) rank.result_file = r.files.result_file;
       if (result && result->size() > kResultLimit) {
         report.warnings.push_back(fmt::format("{}: over {} MiB, left out of the summary (result null)",
                                               r.files.result_file, kResultLimit >> 20));

@@ -1,5 +1,7 @@
 #include "sgpu/launcher/outputs/summary.hpp"
 
+#include <string_view>
+
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
@@ -31,10 +33,50 @@ json root_cause_json(const RunReport& report) {
   out["error_file"] = c.record ? c.record->document : json(nullptr);
   return out;
 }
+
+// Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;  // bytes in the sequence, and the smallest code point it may encode
+    unsigned min = 0;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      min = 0x10000;
+    } else {
+      return false;
+    }
+    unsigned cp = c & (0x7Fu >> len);
+    if (i + len > s.size()) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
 }  // namespace
 
 json parse_result(const std::optional<std::string>& content) {
   if (!content) return nullptr;
+  // Bytes that are not text (a pickle, an image) would reach the JSON as
+  // replacement characters, which nobody can decode: the rank's row names
+  // the file instead (result_file).
+  if (!valid_utf8(*content)) return nullptr;
   auto doc = json::parse(*content, nullptr, false);
   if (!doc.is_discarded()) return doc;
   std::string text = *content;
@@ -91,6 +133,7 @@ json summary_json(const RunReport& report, const json& spec) {
                 {"ended_at", r.status ? json(iso_time(r.ended)) : json(nullptr)},
                 {"duration_s", r.status ? json(duration_seconds(r.started, r.ended)) : json(nullptr)},
                 {"result", r.result},
+                {"result_file", r.result_file.empty() ? json(nullptr) : json(r.result_file)},
                 {"stdout", rank_log_path(report.run_dir, r.rank, Stream::Out)},
                 {"stderr", rank_log_path(report.run_dir, r.rank, Stream::Err)}};
     ranks.push_back(std::move(row));

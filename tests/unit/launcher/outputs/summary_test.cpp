@@ -26,6 +26,14 @@ TEST_CASE("launcher::parse_result") {
       {"text keeps inner newlines", "a\nb\n\n", "a\nb\n"},
       {"broken JSON is text", "{\"a\": ", "{\"a\": "},
       {"empty file", "", ""},
+      {"UTF-8 text stays text", "caf\xC3\xA9 \xE2\x9C\x93 \xF0\x9F\x98\x80",
+       "caf\xC3\xA9 \xE2\x9C\x93 \xF0\x9F\x98\x80"},
+      {"a pickle is not text", std::string("\x80\x05\x95\x0b\x00\x00", 6), nullptr},
+      {"a lone continuation byte", "ok\xBF", nullptr},
+      {"a sequence cut short", "ok\xE2\x9C", nullptr},
+      {"an overlong slash", "\xC0\xAF", nullptr},
+      {"a surrogate", "\xED\xA0\x80", nullptr},
+      {"above U+10FFFF", "\xF4\x90\x80\x80", nullptr},
   };
   for (const auto& row : rows) {
     CAPTURE(row.what);
@@ -58,12 +66,14 @@ TEST_CASE("launcher::summary_json") {
   r0.started = rep.started;
   r0.ended = rep.ended;
   r0.result = json{{"acc", 0.9}};
+  r0.result_file = "/runs/r1/ranks/0/result";
   RankReport r1 = r0;
   r1.rank = 1;
   r1.pid = 11;
   r1.status = ExitStatus::killed(11);
   r1.terminated_by_sgpu = false;
-  r1.result = nullptr;
+  r1.result = nullptr;  // it wrote a pickle: no JSON for it, but the row says where it is
+  r1.result_file = "/runs/r1/ranks/1/result";
   RankReport r2;
   r2.rank = 2;
   r2.host = "n1";
@@ -93,6 +103,9 @@ TEST_CASE("launcher::summary_json") {
   CHECK(doc["ranks"][0]["exit_code"] == nullptr);
   CHECK(doc["ranks"][0]["verdict"] == "terminated_by_sgpu");
   CHECK(doc["ranks"][0]["stdout"] == "/runs/r1/ranks/0/stdout");
+  CHECK(doc["ranks"][0]["result_file"] == "/runs/r1/ranks/0/result");
+  CHECK(doc["ranks"][1]["result_file"] == "/runs/r1/ranks/1/result");
+  CHECK(doc["ranks"][2]["result_file"] == nullptr);
   CHECK(doc["ranks"][1]["verdict"] == "failed");
   CHECK(doc["ranks"][2]["verdict"] == "not_started");
   CHECK(doc["ranks"][2]["pid"] == nullptr);

@@ -25,6 +25,7 @@ struct RankReport {
   Clock::time_point started{};
   Clock::time_point ended{};
   nlohmann::ordered_json result;  // what it wrote to $SGPU_RESULT_FILE; null when nothing
+  std::string result_file;        // where that file is, when the rank wrote one (any size, any bytes)
 };
 
 // Why the job ended, with the evidence: for a failed rank its traceback (from

@@ -1,0 +1,45 @@
+# SGPU_WHEEL=ON (pyproject.toml sets it): build the sgpu binary alone, with
+# every library but glibc linked in, so the wheel runs on a bare Debian 12.
+#
+# The sources are compiled with exactly the flags of scripts/build (same
+# defines, same include paths), so a wheel built in build-wheel/ takes every
+# object from ccache when build/ was built before; only the link differs:
+#   fmt, toml++   Debian ships no static archive: their compiled part is built
+#                 here (packaging/*_static.cpp), their headers keep the shared
+#                 package's defines.
+#   Boost.Filesystem, OpenSSL's libcrypto: Debian's .a archives.
+#   libstdc++, libgcc: -static-libstdc++ -static-libgcc.
+
+# ccache, when installed: paths relative to the checkout and no hashed cwd,
+# so another checkout (a clean clone, a worktree) hits the same entries.
+find_program(SGPU_CCACHE ccache)
+if(SGPU_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CMAKE_CXX_COMPILER_LAUNCHER
+      ${CMAKE_COMMAND} -E env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR} CCACHE_NOHASHDIR=1 ${SGPU_CCACHE})
+endif()
+
+set(OPENSSL_USE_STATIC_LIBS TRUE)
+add_link_options(-static-libstdc++ -static-libgcc)
+
+find_path(SGPU_FMT_INCLUDE_DIR fmt/format-inl.h REQUIRED)
+add_library(sgpu_fmt_static STATIC ${PROJECT_SOURCE_DIR}/packaging/fmt_static.cpp)
+target_include_directories(sgpu_fmt_static SYSTEM PUBLIC ${SGPU_FMT_INCLUDE_DIR})
+target_compile_definitions(sgpu_fmt_static PUBLIC FMT_SHARED)
+add_library(fmt::fmt ALIAS sgpu_fmt_static)
+
+find_path(SGPU_TOML_INCLUDE_DIR toml++/toml.h REQUIRED)
+add_library(sgpu_tomlplusplus_static STATIC ${PROJECT_SOURCE_DIR}/packaging/tomlplusplus_static.cpp)
+target_include_directories(sgpu_tomlplusplus_static SYSTEM PUBLIC ${SGPU_TOML_INCLUDE_DIR})
+target_compile_options(sgpu_tomlplusplus_static PUBLIC -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1)
+add_library(tomlplusplus::tomlplusplus ALIAS sgpu_tomlplusplus_static)
+
+# After find_package(Boost): the same imported targets (and so the same
+# compile definitions), pointed at the static archives.
+function(sgpu_link_boost_statically)
+  foreach(component filesystem atomic)
+    if(TARGET Boost::${component})
+      find_library(SGPU_BOOST_${component}_A libboost_${component}.a REQUIRED)
+      set_target_properties(Boost::${component} PROPERTIES IMPORTED_LOCATION_RELEASE ${SGPU_BOOST_${component}_A})
+    endif()
+  endforeach()
+endfunction()
