@@ -30,6 +30,7 @@ struct DoctorOptions {
   int step_factor = 2;
   int warmup = 5, iters = 20;
   double expect_busbw = 0;  // 0: the GPU type's
+  std::string report_dir;
   // --worker
   bool worker = false;
   int rank = 0, nranks = 1, device = 0;
@@ -74,6 +75,7 @@ int run_doctor(const DoctorOptions& o) {
   request.iters = o.iters;
   if (o.expect_busbw > 0) request.expect_busbw = o.expect_busbw;
   request.environment = env::current_environment();
+  request.run_dir = o.report_dir;
 
   auto discovery = launcher::discover_gpus(request.environment);
   if (discovery.source == "fake") fmt::print(stderr, "sgpu: note: {}\n", discovery.note);
@@ -113,6 +115,8 @@ Command add_doctor_command(CLI::App& app) {
   cmd->add_option("--iters", o->iters, "timed all-reduces per size (default 20)")->check(CLI::PositiveNumber);
   cmd->add_option("--expect-busbw", o->expect_busbw, "expected bus bandwidth in GB/s, instead of the GPU type's")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--report-dir", o->report_dir,
+                  "keep the report (preflight.json) and the workers' stderr (preflight/) in this directory");
   // The per-GPU worker sgpu starts itself.
   cmd->add_flag("--worker", o->worker)->group("");
   cmd->add_option("--rank", o->rank)->group("");

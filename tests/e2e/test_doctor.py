@@ -150,6 +150,25 @@ def test_a_hung_all_reduce_ends_at_the_time_limit_and_leaves_no_worker(fake, tmp
     assert workers_left(str(tmp_path)) == []
 
 
+def test_a_communicator_that_never_forms_ends_at_the_time_limit(fake, tmp_path):
+    fake.env["SGPU_FAKE_NCCL_HANG_INIT"] = "1"
+    res = fake.run("doctor", *SIZES, "--timeout", "1s", timeout=30)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert ("the NCCL communicator setup did not finish within 1s at 8 B: GPU 0 (00000000:18:00.0), "
+            "GPU 1 (00000000:19:00.0) did not report\n") in res.stdout
+    assert workers_left(str(tmp_path)) == []
+
+
+def test_report_dir_keeps_the_document_and_the_workers_stderr(fake, tmp_path):
+    fake.env["NCCL_DEBUG"] = "INFO"
+    res = fake.run("doctor", *SIZES, "--expect-busbw", "0.0005", "-o", "json", "--report-dir", tmp_path / "report")
+    assert res.returncode == 0, res.stderr
+    kept = json.loads((tmp_path / "report" / "preflight.json").read_text())
+    assert kept == json.loads(res.stdout)
+    assert sorted(p.name for p in (tmp_path / "report" / "preflight").iterdir()) == ["worker-0.stderr",
+                                                                                   "worker-1.stderr"]
+
+
 def test_a_crashed_worker_fails_naming_its_gpu(fake):
     fake.env["SGPU_FAKE_NCCL_CRASH"] = "0"
     res = fake.run("doctor", *SIZES, timeout=30)

@@ -4,7 +4,8 @@
 // in $SGPU_FAKE_NCCL_DIR and named by the unique id. Only float32 sums.
 // Faults (README "Test hooks"): SGPU_FAKE_NCCL_WRONG=RANK (an element off by
 // one), SGPU_FAKE_NCCL_HANG=RANK (blocks for ever in its first all-reduce),
-// SGPU_FAKE_NCCL_CRASH=RANK (aborts there), SGPU_FAKE_NCCL_BUSBW=GBPS (each
+// SGPU_FAKE_NCCL_CRASH=RANK (aborts there), SGPU_FAKE_NCCL_HANG_INIT=RANK (never
+// joins the communicator), SGPU_FAKE_NCCL_BUSBW=GBPS (each
 // all-reduce takes at least the time of that bus bandwidth). Never for production.
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -89,6 +90,9 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   c->nranks = nranks;
   id.internal[sizeof id.internal - 1] = '\0';
   c->base = directory() + "/" + id.internal;
+  if (sgpu_fake::keyed("SGPU_FAKE_NCCL_HANG_INIT", rank, 0) != 0) {
+    for (;;) ::pause();
+  }
   c->fd = ::open((c->base + ".ctl").c_str(), O_RDWR | O_CREAT, 0600);
   if (c->fd < 0 || ::ftruncate(c->fd, 4096) != 0) return 2;  // ncclSystemError
   void* m = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
