@@ -18,5 +18,6 @@ using Command = std::function<int(const DashTail&)>;
 Command add_launch_command(CLI::App& app);
 Command add_devices_command(CLI::App& app);
 Command add_agent_command(CLI::App& app);
+Command add_doctor_command(CLI::App& app);
 
 }  // namespace sgpu::app

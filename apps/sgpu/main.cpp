@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   auto launch = sgpu::app::add_launch_command(app);
   auto devices = sgpu::app::add_devices_command(app);
   auto agent = sgpu::app::add_agent_command(app);
+  auto doctor = sgpu::app::add_doctor_command(app);
   try {
     sgpu::app::DashTail tail;
     int head = argc;
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("launch")) return launch(tail);
     if (app.got_subcommand("devices")) return devices(tail);
     if (app.got_subcommand("agent")) return agent(tail);
+    if (app.got_subcommand("doctor")) return doctor(tail);
     return 0;
   } catch (const CLI::Success& e) {
     return app.exit(e);

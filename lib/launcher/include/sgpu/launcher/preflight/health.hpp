@@ -1,0 +1,24 @@
+#pragma once
+// Health and topology of a job's GPUs from NVML (libnvidia-ml.so.1, loaded at
+// run time): ECC, pending retirements, clocks, temperature, modes, processes,
+// NVLinks, and the P2P matrix between them, as facts for checks.hpp to judge.
+#include <string>
+#include <vector>
+
+#include "sgpu/env/gpu.hpp"
+#include "sgpu/launcher/preflight/checks.hpp"
+
+namespace sgpu::launcher::preflight {
+
+struct HealthReport {
+  bool ok = false;
+  std::string error;              // why NVML could not be read
+  std::vector<GpuHealth> gpus;    // in the order asked
+  std::vector<LinkHealth> links;  // every pair, a < b
+};
+
+// Finds each GPU by its PCI bus id (sgpu's indices are PCI order, NVML's need
+// not be). A GPU NVML cannot find gets only what `gpus` says.
+HealthReport query_health(const std::vector<env::Gpu>& gpus);
+
+}  // namespace sgpu::launcher::preflight

@@ -1,0 +1,93 @@
+#pragma once
+// The GPU preflight behind `sgpu doctor` and `sgpu launch --preflight`: NVML
+// health and topology of the job's GPUs, then an NCCL all-reduce across them,
+// one worker process per GPU (`sgpu doctor --worker`), all on one event loop
+// with a time limit, so a hung all-reduce costs the limit and no more.
+//
+// Rank 0's NCCL unique id reaches the other workers through sgpu: it reads it
+// from rank 0's output and starts the others with it in their environment.
+// One node only for now; many nodes would pass it through the rendezvous.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sgpu/env/gpu.hpp"
+#include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/preflight/checks.hpp"
+#include "sgpu/launcher/preflight/health.hpp"
+
+namespace sgpu::launcher::preflight {
+
+// Exit codes of `sgpu doctor` (README "sgpu doctor").
+inline constexpr int kExitCheckFailed = 1;
+inline constexpr int kExitUnavailable = 3;  // no driver, no NCCL, no GPU: nothing could be checked
+
+struct PreflightRequest {
+  std::vector<env::Gpu> gpus;                                  // the job's GPUs; index = CUDA index in PCI bus order
+  env::Environment environment;                                // what the workers inherit
+  std::filesystem::path worker_executable = "/proc/self/exe";  // an sgpu with `doctor --worker`
+  std::vector<std::uint64_t> sizes = allreduce_sizes(8, 1ULL << 30, 2);
+  int warmup = 5;
+  int iters = 20;
+  std::chrono::milliseconds timeout = std::chrono::minutes(3);
+  std::optional<double> expect_busbw;  // overrides the expectation table
+  std::filesystem::path run_dir;       // preflight.json and the workers' stderr go here; empty: nowhere
+};
+
+struct SizeRow {
+  std::uint64_t bytes = 0;
+  Bandwidth bandwidth;
+  std::vector<double> rank_times_us;
+};
+
+struct GpuRow {
+  GpuHealth health;
+  Judgement judgement;
+};
+struct LinkRow {
+  LinkHealth link;
+  Judgement judgement;
+};
+
+struct PreflightResult {
+  enum class Status { healthy, failed, unavailable };
+  Status status = Status::healthy;
+  std::string unavailable;  // one line: "no NVIDIA driver: ...", "no NCCL: ...", "no GPU: ..."
+  Verdict verdict = Verdict::pass;
+  bool health_read = false;
+  std::string health_note;  // why NVML's facts are missing
+  std::vector<GpuRow> gpus;
+  std::vector<LinkRow> links;
+  std::vector<SizeRow> sizes;
+  Judgement allreduce;  // values, workers, time limit, bandwidth
+  std::optional<Expectation> expectation;
+  int nccl_version = 0;
+  double duration_s = 0;
+  std::vector<std::string> failures;  // every failed check, naming its GPU
+};
+
+// Runs the whole preflight; never throws for what the GPUs do (that is the
+// result), only sgpu::Error for a bad request.
+PreflightResult run_preflight(const PreflightRequest& request);
+
+// For `sgpu launch --preflight`: exactly these GPUs (sgpu's indices, as the
+// job's plan names them), defaults for the rest; the report is also kept in
+// `run_dir`/preflight.json. Throws sgpu::Error for an index this node lacks.
+PreflightResult preflight_gpus(const std::vector<int>& gpu_indices, const std::filesystem::path& run_dir,
+                               const env::Environment& environment);
+
+int preflight_exit_code(const PreflightResult& result);  // 0, 1, or 3
+std::string preflight_text(const PreflightResult& result);
+nlohmann::json preflight_json(const PreflightResult& result);
+// One line for a launch: "preflight: 8 GPUs healthy in 3.2s (busbw 410.5 GB/s
+// at 1 GiB)", or "... failed: <first failure>", or "... not checked: <why>".
+std::string preflight_headline(const PreflightResult& result);
+// "1 MiB", "8 B", "1 GiB".
+std::string format_bytes(std::uint64_t bytes);
+
+}  // namespace sgpu::launcher::preflight

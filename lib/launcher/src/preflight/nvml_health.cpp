@@ -1,0 +1,165 @@
+// NVML's health and topology queries. nvml.h is often not installed, so, as
+// in devices/nvml.cpp, the few entry points are declared with NVML's
+// documented, stable ABI; an entry point a driver lacks leaves its fact unset.
+#include <array>
+
+#include <fmt/format.h>
+
+#include "devices/shared_library.hpp"
+#include "sgpu/launcher/preflight/health.hpp"
+
+namespace sgpu::launcher::preflight {
+namespace {
+
+using Ret = int;  // nvmlReturn_t
+constexpr Ret kOk = 0;
+struct NvmlDevice;
+using Dev = NvmlDevice*;
+struct Memory {  // nvmlMemory_t
+  unsigned long long total, free, used;
+};
+struct ProcessInfo {  // nvmlProcessInfo_v2_t, filled by nvmlDeviceGetComputeRunningProcesses_v3
+  unsigned pid;
+  unsigned long long used_gpu_memory;
+  unsigned gpu_instance_id, compute_instance_id;
+};
+static_assert(sizeof(ProcessInfo) == 24);
+constexpr unsigned kMaxNvLinks = 18;         // NVML_NVLINK_MAX_LINKS
+constexpr int kP2pRead = 0, kP2pNvlink = 2;  // nvmlGpuP2PCapsIndex_t
+constexpr int kErrorCorrected = 0, kErrorUncorrected = 1, kCounterVolatile = 0, kCounterAggregate = 1;
+
+struct Nvml {
+  SharedLibrary lib{"libnvidia-ml.so.1"};
+  template <class F>
+  F fn(const char* name) {
+    return lib.function<F>(name);
+  }
+  Ret (*init)() = fn<Ret (*)()>("nvmlInit_v2");
+  Ret (*shutdown)() = fn<Ret (*)()>("nvmlShutdown");
+  Ret (*by_bus)(const char*, Dev*) = fn<Ret (*)(const char*, Dev*)>("nvmlDeviceGetHandleByPciBusId_v2");
+  Ret (*memory)(Dev, Memory*) = fn<Ret (*)(Dev, Memory*)>("nvmlDeviceGetMemoryInfo");
+  Ret (*ecc)(Dev, int, int,
+             unsigned long long*) = fn<Ret (*)(Dev, int, int, unsigned long long*)>("nvmlDeviceGetTotalEccErrors");
+  Ret (*retired_pending)(Dev, int*) = fn<Ret (*)(Dev, int*)>("nvmlDeviceGetRetiredPagesPendingStatus");
+  Ret (*remapped)(Dev, unsigned*, unsigned*, unsigned*, unsigned*) =
+      fn<Ret (*)(Dev, unsigned*, unsigned*, unsigned*, unsigned*)>("nvmlDeviceGetRemappedRows");
+  Ret (*clock_events)(Dev, unsigned long long*) =
+      fn<Ret (*)(Dev, unsigned long long*)>("nvmlDeviceGetCurrentClocksEventReasons");
+  Ret (*throttle)(Dev, unsigned long long*) =
+      fn<Ret (*)(Dev, unsigned long long*)>("nvmlDeviceGetCurrentClocksThrottleReasons");
+  Ret (*temperature)(Dev, int, unsigned*) = fn<Ret (*)(Dev, int, unsigned*)>("nvmlDeviceGetTemperature");
+  Ret (*persistence)(Dev, int*) = fn<Ret (*)(Dev, int*)>("nvmlDeviceGetPersistenceMode");
+  Ret (*mig)(Dev, unsigned*, unsigned*) = fn<Ret (*)(Dev, unsigned*, unsigned*)>("nvmlDeviceGetMigMode");
+  Ret (*compute_mode)(Dev, int*) = fn<Ret (*)(Dev, int*)>("nvmlDeviceGetComputeMode");
+  Ret (*processes)(Dev, unsigned*,
+                   ProcessInfo*) = fn<Ret (*)(Dev, unsigned*, ProcessInfo*)>("nvmlDeviceGetComputeRunningProcesses_v3");
+  Ret (*nvlink_state)(Dev, unsigned, int*) = fn<Ret (*)(Dev, unsigned, int*)>("nvmlDeviceGetNvLinkState");
+  Ret (*p2p)(Dev, Dev, int, int*) = fn<Ret (*)(Dev, Dev, int, int*)>("nvmlDeviceGetP2PStatus");
+  Ret (*ancestor)(Dev, Dev, int*) = fn<Ret (*)(Dev, Dev, int*)>("nvmlDeviceGetTopologyCommonAncestor");
+};
+
+template <class T, class F, class... A>
+std::optional<T> ask(F f, A... args) {
+  T value{};
+  if (f == nullptr || f(args..., &value) != kOk) return std::nullopt;
+  return value;
+}
+
+GpuHealth read_gpu(Nvml& nvml, Dev d, const env::Gpu& gpu) {
+  GpuHealth h;
+  h.index = gpu.index;
+  h.name = gpu.name;
+  h.type = gpu.type;
+  h.uuid = gpu.uuid;
+  h.pci_bus_id = gpu.pci_bus_id;
+  h.memory_total = gpu.memory_bytes;
+  if (auto m = ask<Memory>(nvml.memory, d)) {
+    h.memory_total = m->total;
+    h.memory_used = m->used;
+  }
+  h.ecc_volatile_uncorrected = ask<unsigned long long>(nvml.ecc, d, kErrorUncorrected, kCounterVolatile);
+  h.ecc_aggregate_uncorrected = ask<unsigned long long>(nvml.ecc, d, kErrorUncorrected, kCounterAggregate);
+  h.ecc_volatile_corrected = ask<unsigned long long>(nvml.ecc, d, kErrorCorrected, kCounterVolatile);
+  if (auto p = ask<int>(nvml.retired_pending, d)) h.retired_pages_pending = *p != 0;
+  unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+  if (nvml.remapped != nullptr && nvml.remapped(d, &corrected, &uncorrected, &pending, &failed) == kOk) {
+    h.remapped_rows_pending = pending != 0;
+    h.remap_failed = failed != 0;
+  }
+  h.throttle_reasons = ask<unsigned long long>(nvml.clock_events, d);
+  if (!h.throttle_reasons) h.throttle_reasons = ask<unsigned long long>(nvml.throttle, d);
+  h.temperature_c = ask<unsigned>(nvml.temperature, d, 0);
+  if (auto p = ask<int>(nvml.persistence, d)) h.persistence_mode = *p != 0;
+  unsigned current = 0, pending_mig = 0;
+  if (nvml.mig != nullptr && nvml.mig(d, &current, &pending_mig) == kOk) h.mig_enabled = current != 0;
+  h.compute_mode = ask<int>(nvml.compute_mode, d);
+  if (nvml.processes != nullptr) {
+    std::array<ProcessInfo, 64> infos{};
+    unsigned count = infos.size();
+    if (nvml.processes(d, &count, infos.data()) == kOk) {
+      for (unsigned i = 0; i < count && i < infos.size(); ++i) h.pids.push_back(infos[i].pid);
+    }
+  }
+  for (unsigned link = 0; link < kMaxNvLinks && nvml.nvlink_state != nullptr; ++link) {
+    int active = 0;
+    if (nvml.nvlink_state(d, link, &active) != kOk) continue;
+    (active != 0 ? h.nvlinks_active : h.nvlinks_inactive) += 1;
+  }
+  return h;
+}
+
+}  // namespace
+
+HealthReport query_health(const std::vector<env::Gpu>& gpus) {
+  HealthReport report;
+  Nvml nvml;
+  if (!nvml.lib.loaded()) {
+    report.error = nvml.lib.error();
+    return report;
+  }
+  if (nvml.init == nullptr || nvml.shutdown == nullptr || nvml.by_bus == nullptr) {
+    report.error = "libnvidia-ml.so.1 lacks nvmlInit_v2 or nvmlDeviceGetHandleByPciBusId_v2";
+    return report;
+  }
+  if (auto r = nvml.init(); r != kOk) {
+    report.error = fmt::format("libnvidia-ml.so.1: nvmlInit failed (NVML error {})", r);
+    return report;
+  }
+  std::vector<Dev> handles;
+  for (const auto& g : gpus) {
+    Dev d = nullptr;
+    if (nvml.by_bus(g.pci_bus_id.c_str(), &d) != kOk) d = nullptr;
+    handles.push_back(d);
+    if (d != nullptr) {
+      report.gpus.push_back(read_gpu(nvml, d, g));
+    } else {
+      GpuHealth h;
+      h.index = g.index;
+      h.name = g.name;
+      h.type = g.type;
+      h.uuid = g.uuid;
+      h.pci_bus_id = g.pci_bus_id;
+      report.gpus.push_back(h);
+    }
+  }
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    for (std::size_t k = i + 1; k < gpus.size(); ++k) {
+      LinkHealth link;
+      link.a = gpus[i].index;
+      link.b = gpus[k].index;
+      link.path = "?";
+      if (handles[i] != nullptr && handles[k] != nullptr) {
+        if (auto s = ask<int>(nvml.p2p, handles[i], handles[k], kP2pRead)) link.p2p_read = *s == 0;
+        if (auto s = ask<int>(nvml.p2p, handles[i], handles[k], kP2pNvlink)) link.p2p_nvlink = *s == 0;
+        if (auto level = ask<int>(nvml.ancestor, handles[i], handles[k])) link.path = topology_path(*level);
+        if (link.p2p_nvlink == true) link.path = "NV";
+      }
+      report.links.push_back(link);
+    }
+  }
+  nvml.shutdown();
+  report.ok = true;
+  return report;
+}
+
+}  // namespace sgpu::launcher::preflight

@@ -1,0 +1,167 @@
+#include "sgpu/launcher/preflight/preflight.hpp"
+
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "devices/shared_library.hpp"
+#include "preflight/allreduce_run.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/devices/devices.hpp"
+
+namespace sgpu::launcher::preflight {
+namespace {
+
+std::string gpu_label(const GpuHealth& g) {
+  return g.pci_bus_id.empty() ? fmt::format("GPU {}", g.index) : fmt::format("GPU {} ({})", g.index, g.pci_bus_id);
+}
+
+void judge_all(PreflightResult& r, const HealthReport& health, const AllReduceOutcome& outcome,
+               const PreflightRequest& request) {
+  r.health_read = health.ok;
+  if (!health.ok) {
+    r.health_note = "NVML could not be read, so health and topology were not checked: " + health.error;
+    r.verdict = Verdict::warn;
+    for (const auto& g : request.gpus) {
+      GpuRow row;
+      row.health.index = g.index;
+      row.health.name = g.name;
+      row.health.type = g.type;
+      row.health.uuid = g.uuid;
+      row.health.pci_bus_id = g.pci_bus_id;
+      row.judgement.verdict = Verdict::warn;
+      row.judgement.reasons.push_back("health not read (no NVML)");
+      r.gpus.push_back(row);
+    }
+  }
+  for (const auto& g : health.gpus) {
+    GpuRow row{g, judge_gpu(g)};
+    r.verdict = worst(r.verdict, row.judgement.verdict);
+    if (row.judgement.verdict == Verdict::fail) {
+      for (const auto& why : row.judgement.reasons) r.failures.push_back(fmt::format("{}: {}", gpu_label(g), why));
+    }
+    r.gpus.push_back(std::move(row));
+  }
+  auto nvlinks = [&](int index) {
+    for (const auto& g : health.gpus) {
+      if (g.index == index) return g.nvlinks_active;
+    }
+    return 0;
+  };
+  for (const auto& l : health.links) {
+    LinkRow row{l, judge_link(l, nvlinks(l.a), nvlinks(l.b))};
+    r.verdict = worst(r.verdict, row.judgement.verdict);
+    r.links.push_back(std::move(row));
+  }
+
+  r.sizes = outcome.sizes;
+  r.nccl_version = outcome.nccl_version;
+  for (const auto& f : outcome.failures) {
+    r.allreduce.verdict = Verdict::fail;
+    r.allreduce.reasons.push_back(f);
+    r.failures.push_back(f);
+  }
+  const auto& first = request.gpus.front();
+  r.expectation = expectation_for(first.type, first.name, request.expect_busbw);
+  if (outcome.failures.empty() && !r.sizes.empty()) {
+    auto bw =
+        judge_bandwidth(r.sizes.back().bandwidth.busbw_gbps, static_cast<int>(request.gpus.size()), r.expectation);
+    r.allreduce = bw;
+    if (bw.verdict == Verdict::fail) {
+      for (const auto& why : bw.reasons)
+        r.failures.push_back(fmt::format("all-reduce across {} GPUs at {}: {}", request.gpus.size(),
+                                         format_bytes(r.sizes.back().bytes), why));
+    }
+  }
+  r.verdict = worst(r.verdict, r.allreduce.verdict);
+  r.status = r.verdict == Verdict::fail ? PreflightResult::Status::failed : PreflightResult::Status::healthy;
+}
+
+void keep_report(const PreflightResult& r, const std::filesystem::path& run_dir) {
+  if (run_dir.empty()) return;
+  std::filesystem::create_directories(run_dir);
+  std::ofstream out(run_dir / "preflight.json");
+  out << preflight_json(r).dump(2) << "\n";
+  if (!out) throw Error(fmt::format("{}: cannot write the preflight report", (run_dir / "preflight.json").string()), 1);
+}
+
+}  // namespace
+
+std::string format_bytes(std::uint64_t bytes) {
+  constexpr std::pair<std::uint64_t, const char*> units[] = {
+      {1ULL << 30, "GiB"}, {1ULL << 20, "MiB"}, {1ULL << 10, "KiB"}};
+  for (const auto& [unit, name] : units) {
+    if (bytes >= unit && bytes % unit == 0) return fmt::format("{} {}", bytes / unit, name);
+  }
+  for (const auto& [unit, name] : units) {
+    if (bytes >= unit) return fmt::format("{:.1f} {}", static_cast<double>(bytes) / static_cast<double>(unit), name);
+  }
+  return fmt::format("{} B", bytes);
+}
+
+PreflightResult run_preflight(const PreflightRequest& request) {
+  auto started = std::chrono::steady_clock::now();
+  PreflightResult r;
+  auto finish = [&] {
+    r.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    keep_report(r, request.run_dir);
+    return r;
+  };
+  if (request.gpus.empty()) {
+    r.status = PreflightResult::Status::unavailable;
+    r.unavailable = "no GPU: nothing to check";
+    return finish();
+  }
+  if (SharedLibrary nccl("libnccl.so.2"); !nccl.loaded()) {
+    r.status = PreflightResult::Status::unavailable;
+    r.unavailable = "no NCCL: " + nccl.error();
+    return finish();
+  }
+  auto health = query_health(request.gpus);
+  auto outcome = run_allreduce(request);
+  if (!outcome.unavailable.empty()) {
+    r.status = PreflightResult::Status::unavailable;
+    r.unavailable = outcome.unavailable;
+    return finish();
+  }
+  judge_all(r, health, outcome, request);
+  return finish();
+}
+
+PreflightResult preflight_gpus(const std::vector<int>& gpu_indices, const std::filesystem::path& run_dir,
+                               const env::Environment& environment) {
+  auto discovery = discover_gpus(environment);
+  PreflightRequest request;
+  request.environment = environment;
+  request.run_dir = run_dir;
+  if (discovery.source == "none") {
+    PreflightResult r;
+    r.status = PreflightResult::Status::unavailable;
+    r.unavailable = discovery.note;
+    return r;
+  }
+  for (int index : gpu_indices) {
+    auto it =
+        std::find_if(discovery.gpus.begin(), discovery.gpus.end(), [&](const env::Gpu& g) { return g.index == index; });
+    if (it == discovery.gpus.end())
+      throw Error(fmt::format("preflight: this node has no GPU {} ({})", index,
+                              discovery.gpus.empty() ? discovery.note : env::describe_inventory(discovery.gpus)));
+    request.gpus.push_back(*it);
+  }
+  return run_preflight(request);
+}
+
+int preflight_exit_code(const PreflightResult& r) {
+  switch (r.status) {
+    case PreflightResult::Status::healthy:
+      return 0;
+    case PreflightResult::Status::failed:
+      return kExitCheckFailed;
+    case PreflightResult::Status::unavailable:
+      return kExitUnavailable;
+  }
+  return kExitCheckFailed;
+}
+
+}  // namespace sgpu::launcher::preflight

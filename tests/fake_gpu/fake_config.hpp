@@ -1,0 +1,38 @@
+#pragma once
+// What the fake driver libraries read from the environment (README "Test
+// hooks"): how many GPUs, and which faults to inject where.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace sgpu_fake {
+
+inline const char* env(const char* name) { return std::getenv(name); }
+
+inline int gpu_count() {
+  const char* n = env("SGPU_FAKE_DRIVER_GPUS");
+  return n != nullptr ? std::atoi(n) : 0;
+}
+
+inline std::string gpu_name() {
+  const char* n = env("SGPU_FAKE_DRIVER_NAME");
+  return n != nullptr ? n : "NVIDIA H100 80GB HBM3";
+}
+
+// "1:3" -> 3 when asked for GPU (or rank) 1, else `otherwise`; "1" -> `present`.
+inline long long keyed(const char* variable, int key, long long otherwise, long long present = 1) {
+  const char* v = env(variable);
+  if (v == nullptr || *v == '\0') return otherwise;
+  std::string text(v);
+  auto colon = text.find(':');
+  if (std::atoi(text.substr(0, colon).c_str()) != key) return otherwise;
+  return colon == std::string::npos ? present : std::atoll(text.c_str() + colon + 1);
+}
+
+inline std::string bus_id(int index) {
+  char text[32];
+  std::snprintf(text, sizeof text, "00000000:%02X:00.0", 0x18 + index);
+  return text;
+}
+
+}  // namespace sgpu_fake
