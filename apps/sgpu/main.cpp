@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   auto launch = sgpu::app::add_launch_command(app);
   auto devices = sgpu::app::add_devices_command(app);
   auto agent = sgpu::app::add_agent_command(app);
+  auto run_commands = sgpu::app::add_run_commands(app);
   try {
     sgpu::app::DashTail tail;
     int head = argc;
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("launch")) return launch(tail);
     if (app.got_subcommand("devices")) return devices(tail);
     if (app.got_subcommand("agent")) return agent(tail);
+    for (const auto& [name, command] : run_commands)
+      if (app.got_subcommand(name)) return command(tail);
     return 0;
   } catch (const CLI::Success& e) {
     return app.exit(e);
