@@ -21,6 +21,7 @@
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/launcher/runs/detach.hpp"
 #include "sgpu/launcher/spec/spec_load.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
 #include "ssh_launch.hpp"
@@ -147,7 +148,12 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   auto& spec = resolved.spec;
   for (const auto& note : resolved.notes) fmt::print(stderr, "sgpu: note: {}\n", note);
   auto cwd = std::filesystem::current_path().string();
-  if (!f.dry_run && use_slurm_backend(spec, inherited)) return run_slurm_launch(spec, inherited, cwd);
+  if (!f.dry_run && use_slurm_backend(spec, inherited)) {
+    if (spec.detach)
+      throw Error(
+          "--detach: a run on this SLURM allocation's nodes runs attached; --backend local detaches on this node");
+    return run_slurm_launch(spec, inherited, cwd);
+  }
   launcher::Discovery discovery;
   if (spec.backend == "local") {  // remote nodes discover their own GPUs
     discovery = launcher::discover_gpus(inherited);
@@ -174,6 +180,7 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   in.run_dir = (std::filesystem::absolute(root) / in.run_id).string();
   auto plan = launcher::make_plan(spec, in);
   launcher::create_run_dir(root, in.run_id, ranks);
+  if (spec.detach) launcher::detach_run(plan.run_id, plan.run_dir, spec.output_format == "json");
 
   if (plan.omp_defaulted && ranks > 1)
     fmt::print(stderr,
