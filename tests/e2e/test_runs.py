@@ -244,3 +244,20 @@ def test_detach_is_refused_where_it_is_not_available(sgpu):
     res = sgpu.run("launch", "--detach", "--backend", "ssh", "--hosts", "a", "--no-python", "true")
     assert res.returncode == 2
     assert "detached run is available on one node" in res.stderr
+
+
+def test_a_multi_node_run_is_seen_whole_from_node_0(sgpu, tmp_path):
+    from multinode import agent, free_port, make_secret_file, static_node
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    prog = ["--nproc", 2, "--no-python", "sh", "-c", 'echo "rank $RANK on node $NODE_RANK"']
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, *prog)
+    a1 = agent(sgpu, endpoint, secret, "--node-name", "nodeb", "--node-rank", 1,
+               env=dict(sgpu.env, SGPU_HOME=str(tmp_path / "nodeb-home")))
+    assert n0.wait(timeout=60) == 0 and a1.wait(timeout=60) == 0
+    n0.communicate()
+    a1.communicate()
+    st = status(sgpu, "last")
+    assert (st["state"], st["world_size"], st["nnodes"]) == ("succeeded", 4, 2)
+    assert [r["host"] for r in st["ranks"]][2:] == ["nodeb", "nodeb"]
+    logs = sgpu.run("logs", "last", "--ranks", "2-3").stdout.splitlines()
+    assert logs == ["[nodeb:2] rank 2 on node 1", "[nodeb:3] rank 3 on node 1"]
