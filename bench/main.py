@@ -21,6 +21,7 @@ import output
 import python_api
 import rendezvous
 import report
+import runs
 from peers import ENV_NOTE, Context, base_env
 
 SECTIONS = {
@@ -32,6 +33,7 @@ SECTIONS = {
     "rendezvous": rendezvous.run,
     "multinode": multinode.run,
     "python": python_api.run,
+    "runs": runs.run,
 }
 
 METHOD = """\

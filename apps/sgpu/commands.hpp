@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -19,5 +20,7 @@ Command add_launch_command(CLI::App& app);
 Command add_devices_command(CLI::App& app);
 Command add_agent_command(CLI::App& app);
 Command add_doctor_command(CLI::App& app);
+// runs, status, logs, wait, cancel, prune (cmd_runs.cpp), by name.
+std::vector<std::pair<std::string, Command>> add_run_commands(CLI::App& app);
 
 }  // namespace sgpu::app

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   auto devices = sgpu::app::add_devices_command(app);
   auto agent = sgpu::app::add_agent_command(app);
   auto doctor = sgpu::app::add_doctor_command(app);
+  auto run_commands = sgpu::app::add_run_commands(app);
   try {
     sgpu::app::DashTail tail;
     int head = argc;
@@ -31,6 +32,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("devices")) return devices(tail);
     if (app.got_subcommand("agent")) return agent(tail);
     if (app.got_subcommand("doctor")) return doctor(tail);
+    for (const auto& [name, command] : run_commands)
+      if (app.got_subcommand(name)) return command(tail);
     return 0;
   } catch (const CLI::Success& e) {
     return app.exit(e);

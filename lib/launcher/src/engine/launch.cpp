@@ -16,6 +16,7 @@
 #include "sgpu/launcher/outputs/summary.hpp"
 #include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/runs/detach.hpp"
 
 namespace sgpu::launcher {
 namespace {
@@ -40,17 +41,30 @@ void report_not_started(const LaunchContext& ctx, const Error& error) {
   std::fflush(stdout);
 }
 
+LaunchContext context_of(LaunchRequest& request) {
+  LaunchContext ctx;
+  ctx.spec = std::move(request.resolved.spec);
+  ctx.inherited = std::move(request.inherited);
+  ctx.cwd = std::move(request.cwd);
+  ctx.self_exe = std::move(request.self_exe);
+  return ctx;
+}
+
 }  // namespace
 
 int launch(LaunchRequest request) {
-  LaunchContext ctx{std::move(request.resolved.spec),
-                    std::move(request.inherited),
-                    std::move(request.cwd),
-                    std::move(request.self_exe),
-                    {},
-                    {}};
+  auto ctx = context_of(request);
   const auto& info = choose_backend(ctx.spec, ctx.inherited);
   auto backend = info.make();
+  if (ctx.spec.detach) {
+    if (info.name != "local")
+      throw Error(
+          fmt::format("--detach: a run on the {} backend runs attached for now; --backend local detaches on "
+                      "this node (or run it under nohup or tmux)",
+                      info.name));
+    // The caller prints the run id and returns; the run goes on in a new session.
+    ctx.run_dir_made = [](const LaunchContext& c) { detach_run(c.run_id, c.run_dir, c.spec.output_format == "json"); };
+  }
   std::signal(SIGPIPE, SIG_IGN);
   // The console, logs and report are made once the ranks are placed.
   std::unique_ptr<JobOutputs> outputs;
@@ -81,12 +95,7 @@ int launch(LaunchRequest request) {
 }
 
 int dry_run(LaunchRequest request) {
-  LaunchContext ctx{std::move(request.resolved.spec),
-                    std::move(request.inherited),
-                    std::move(request.cwd),
-                    std::move(request.self_exe),
-                    {},
-                    {}};
+  auto ctx = context_of(request);
   try {
     const auto& info = choose_backend(ctx.spec, ctx.inherited);
     auto backend = info.make();

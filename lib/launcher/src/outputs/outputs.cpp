@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/outputs/console_sink.hpp"
@@ -17,8 +18,10 @@
 #include "sgpu/launcher/outputs/report.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
+#include "sgpu/launcher/outputs/run_state_file.hpp"
 #include "sgpu/launcher/outputs/status_line.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
+#include "sgpu/launcher/runs/registry.hpp"
 
 namespace sgpu::launcher {
 namespace fs = std::filesystem;
@@ -67,6 +70,7 @@ struct JobOutputs::Impl {
   bool json_output;
   ConsoleSink sink;
   RunLog run_log;
+  RunStateFile state_file;
   ConsolePrinter console;
   std::optional<StatusLine> status;
   FanOut fanout;
@@ -107,7 +111,9 @@ struct JobOutputs::Impl {
         json_output(job.output_format == "json"),
         sink(make_sink(job, e)),
         run_log(p.run_dir, static_cast<int>(p.ranks.size()), host, rank_hosts(p)),
+        state_file(p.run_dir, state_record(job, p, host)),
         console(sink, console_options(job, p, e)) {
+    if (job.keep_runs > 0) prune_older_runs(job.keep_runs);
     write_file_atomic((fs::path(plan.run_dir) / "spec.json").string(), dump_json(spec));
     run_log.append_event({{"event", "run_started"},
                           {"run_id", plan.run_id},
@@ -122,6 +128,31 @@ struct JobOutputs::Impl {
       status.emplace(io, sink, static_cast<int>(plan.ranks.size()), plan.timeout);
       fanout.add(*status);
     }
+  }
+
+  // What `sgpu runs` lists, without reading the bigger spec.json and summary.json.
+  static nlohmann::ordered_json state_record(const JobSpec& job, const LaunchPlan& p, const std::string& host) {
+    std::string entrypoint = job.entrypoint.kind == env::Entrypoint::Kind::Module ? "-m " : "";
+    entrypoint += job.entrypoint.target;
+    for (const auto& a : job.entrypoint.args) entrypoint += " " + env::shell_quote(a);
+    return {{"version", 1},
+            {"run_id", p.run_id},
+            {"state", "running"},
+            {"host", host},
+            {"sgpu_pid", ::getpid()},
+            {"detached", job.detach},
+            {"started_at", iso_time(Clock::now())},
+            {"world_size", p.ranks.size()},
+            {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
+            {"entrypoint", entrypoint}};
+  }
+
+  // Retention (output.keep_runs, SGPU_KEEP_RUNS): each launch removes the
+  // finished runs beyond the newest N; this one counts, running ones stay.
+  void prune_older_runs(int keep) {
+    auto root = fs::path(plan.run_dir).parent_path().string();
+    auto pruned = prune_runs(root, {.keep = keep, .older_than = std::nullopt}, false);
+    for (const auto& e : pruned.errors) fmt::print(stderr, "sgpu: warning: cannot remove an old run: {}\n", e);
   }
 
   RunReport gather(const JobOutcome& outcome) {
@@ -239,6 +270,12 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   auto summary = summary_json(report, s.spec);
   try {
     write_file_atomic((fs::path(s.plan.run_dir) / "summary.json").string(), dump_json(summary));
+  } catch (const Error& e) {
+    report.warnings.emplace_back(e.what());
+  }
+  try {
+    s.state_file.finish(final_state(report.end.kind), report.exit_code, report.started, report.ended,
+                        duration_seconds(report.started, report.ended));
   } catch (const Error& e) {
     report.warnings.emplace_back(e.what());
   }

@@ -12,7 +12,10 @@ namespace {
 
 LaunchContext context(const std::string& toml) {
   auto resolved = resolve_spec({file_layer(toml, "job.toml")});
-  return LaunchContext{resolved.spec, {}, "/work", "", {}, {}};
+  LaunchContext ctx;
+  ctx.spec = resolved.spec;
+  ctx.cwd = "/work";
+  return ctx;
 }
 
 }  // namespace

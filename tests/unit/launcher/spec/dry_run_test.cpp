@@ -95,7 +95,9 @@ hosts = ["alice@gpu-a:8", "gpu-b:8"]
 )",
                                        "job.toml")});
   // The ssh backend lays the job out over its hosts; this node's GPUs play no part.
-  LaunchContext ctx{spec.spec, {}, "/work", "", {}, {}};
+  LaunchContext ctx;
+  ctx.spec = spec.spec;
+  ctx.cwd = "/work";
   auto backend = find_backend("ssh")->make();
   backend->check(ctx);
   auto layout = backend->describe(ctx);

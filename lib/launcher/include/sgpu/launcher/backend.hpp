@@ -47,6 +47,9 @@ struct LaunchContext {
   // fails to start still leaves its summary there.
   std::string run_dir;
   std::string run_id;
+  // Called by a backend once its run directory exists and before anything
+  // asynchronous starts (`--detach` continues in a child from there).
+  std::function<void(const LaunchContext&)> run_dir_made;
 };
 
 // A node as --dry-run shows it.

@@ -89,6 +89,9 @@ struct JobSpec {
   bool raw_output = false;             // one rank's bytes untouched, no prefix
   bool timestamps = false;             // time of arrival on each console line
   std::string output_format = "text";  // "json": one summary document on stdout
+  // Run management (README "Managing runs").
+  bool detach = false;  // the run goes on in the background; the caller prints its id
+  int keep_runs = 100;  // finished runs kept in the runs directory at each launch; 0: all
 };
 
 // origins[key], else `fallback` ("--gpus 4"): the start of an error message

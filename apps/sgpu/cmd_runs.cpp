@@ -1,0 +1,283 @@
+// Run management: `sgpu runs`, `status`, `logs`, `wait`, `cancel`, `prune`.
+// Each reads the run directories (lib/launcher runs/), so a run started in
+// another terminal, attached or --detach, is seen alike.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "sgpu/env/duration.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/outputs/console.hpp"
+#include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/runs/follow.hpp"
+#include "sgpu/launcher/runs/registry.hpp"
+
+namespace sgpu::app {
+namespace {
+using launcher::RunInfo;
+using launcher::RunState;
+using ordered_json = nlohmann::ordered_json;
+
+constexpr std::size_t kDefaultListed = 20;
+constexpr std::size_t kEntrypointWidth = 48;
+// `sgpu wait --timeout` ran out with the run still going (EX_TEMPFAIL): not
+// 124, which is the run's own timeout.
+constexpr int kExitWaitTimedOut = 75;
+
+// What every run subcommand shares: where the runs are and how to answer.
+struct Common {
+  std::string log_dir;
+  std::string format = "text";
+  std::string root() const {
+    return log_dir.empty() ? launcher::default_runs_root(env::current_environment()) : log_dir;
+  }
+  bool json() const { return format == "json"; }
+};
+
+void add_common(CLI::App* cmd, Common& c) {
+  cmd->add_option("-o,--output", c.format, "text (default) or json")->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--log-dir", c.log_dir, "the runs directory (default $SGPU_HOME/runs, as for launch --log-dir)");
+}
+
+void print_json(const ordered_json& doc) {
+  fmt::print("{}\n", doc.dump(2, ' ', false, ordered_json::error_handler_t::replace));
+}
+
+std::string short_duration(double s) {
+  if (s < 60) return fmt::format("{:.1f}s", s);
+  return env::format_duration(env::Seconds(std::round(s)));
+}
+
+std::string start_time(const ordered_json& run) {
+  auto text = run.value("started_at", std::string());  // 2026-12-02T11:53:01.042Z -> 2026-12-02 11:53:01
+  return text.size() >= 19 ? text.substr(0, 10) + " " + text.substr(11, 8) : text;
+}
+
+std::string exit_text(const ordered_json& run) {
+  return run["exit_code"].is_number() ? std::to_string(run["exit_code"].get<int>()) : "-";
+}
+
+std::string runs_table(const std::vector<RunInfo>& runs) {
+  std::string out = fmt::format("{:<22}  {:<9}  {:<19}  {:>9}  {:>5}  {:>4}  {}\n", "RUN", "STATE", "STARTED (UTC)",
+                                "DURATION", "RANKS", "EXIT", "ENTRYPOINT");
+  for (const auto& run : runs) {
+    auto j = launcher::run_json(run);
+    auto entry = j["entrypoint"].is_string() ? j["entrypoint"].get<std::string>() : std::string();
+    if (entry.size() > kEntrypointWidth) entry = entry.substr(0, kEntrypointWidth - 3) + "...";
+    out +=
+        fmt::format("{:<22}  {:<9}  {:<19}  {:>9}  {:>5}  {:>4}  {}\n", run.id, j["state"].get<std::string>(),
+                    start_time(j), short_duration(j["duration_s"].get<double>()), run.world_size, exit_text(j), entry);
+  }
+  return out;
+}
+
+Command add_runs(CLI::App& app) {
+  struct Flags : Common {
+    bool all = false;
+    std::size_t limit = kDefaultListed;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("runs", "List runs, newest first: id, state, start, duration, ranks, exit code");
+  add_common(cmd, *f);
+  cmd->add_flag("--all", f->all, "every run (default: the newest 20)");
+  cmd->add_option("--limit", f->limit, "the newest N runs")->check(CLI::PositiveNumber);
+  return [f](const DashTail&) {
+    auto runs = launcher::list_runs(f->root(), f->all ? std::nullopt : std::optional(f->limit));
+    if (f->json()) {
+      ordered_json list = ordered_json::array();
+      for (const auto& run : runs) list.push_back(launcher::run_json(run));
+      print_json(list);
+    } else if (runs.empty()) {
+      fmt::print("no runs in {}\n", f->root());
+    } else {
+      fmt::print("{}", runs_table(runs));
+    }
+    return 0;
+  };
+}
+
+std::string status_text(const RunInfo& run, const ordered_json& ranks) {
+  auto j = launcher::run_json(run);
+  std::string out = fmt::format("run {}: {}", run.id, j["state"].get<std::string>());
+  if (j["exit_code"].is_number()) out += fmt::format(" (exit code {})", j["exit_code"].get<int>());
+  out += fmt::format(", {} rank{}, {} {}\n", run.world_size, run.world_size == 1 ? "" : "s",
+                     run.state == RunState::Running ? "running for" : "took",
+                     short_duration(j["duration_s"].get<double>()));
+  out += fmt::format("  entrypoint: {}\n  started:    {} UTC on {} (sgpu pid {})\n  run dir:    {}\n",
+                     j["entrypoint"].is_string() ? j["entrypoint"].get<std::string>() : "?", start_time(j),
+                     j["host"].is_string() ? j["host"].get<std::string>() : "?", j["sgpu_pid"].dump(), run.dir);
+  out +=
+      fmt::format("  {:>4}  {:<12}  {:>8}  {:<18}  {:>7}  {:>9}\n", "rank", "host", "pid", "state", "exit", "duration");
+  for (const auto& r : ranks) {
+    std::string exit = r["exit_code"].is_number() ? std::to_string(r["exit_code"].get<int>())
+                       : r["signal"].is_string()  ? r["signal"].get<std::string>()
+                                                  : "-";
+    out += fmt::format("  {:>4}  {:<12}  {:>8}  {:<18}  {:>7}  {:>9}\n", r["rank"].get<int>(),
+                       r["host"].is_string() ? r["host"].get<std::string>() : "",
+                       r["pid"].is_number() ? std::to_string(r["pid"].get<int>()) : "-", r["state"].get<std::string>(),
+                       exit, r["duration_s"].is_number() ? short_duration(r["duration_s"].get<double>()) : "-");
+  }
+  return out;
+}
+
+Command add_status(CLI::App& app) {
+  struct Flags : Common {
+    std::string run;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("status", "One run's state and its ranks (attached or detached runs alike)");
+  cmd->add_option("RUN", f->run, "a run id, a unique prefix of one, or 'last'")->required();
+  add_common(cmd, *f);
+  return [f](const DashTail&) {
+    auto run = launcher::find_run(f->root(), f->run);
+    auto ranks = launcher::rank_table(run);
+    if (f->json()) {
+      auto doc = launcher::run_json(run);
+      doc["ranks"] = ranks;
+      print_json(doc);
+    } else {
+      fmt::print("{}", status_text(run, ranks));
+    }
+    return 0;
+  };
+}
+
+Command add_logs(CLI::App& app) {
+  struct Flags : Common {
+    std::string run;
+    std::vector<int> rank;
+    std::string ranks;
+    bool stderr_only = false;
+    bool follow = false;
+    std::optional<std::size_t> tail;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("logs", "A run's rank output, prefixed as on the console; -f follows it to its end");
+  cmd->add_option("RUN", f->run, "a run id, a unique prefix of one, or 'last'")->required();
+  cmd->add_option("--rank", f->rank, "only this rank (repeatable)")->allow_extra_args(false);
+  cmd->add_option("--ranks", f->ranks, "only these ranks: 0,3 or 0-3");
+  cmd->add_flag("--stderr", f->stderr_only, "only the ranks' stderr (default: stdout to stdout, stderr to stderr)");
+  cmd->add_flag("-f,--follow", f->follow, "follow until the run ends, then exit with its exit code");
+  cmd->add_option("--tail", f->tail, "the last N lines of each rank first");
+  add_common(cmd, *f);
+  return [f](const DashTail&) {
+    auto run = launcher::find_run(f->root(), f->run);
+    launcher::LogOptions o;
+    o.ranks = f->rank;
+    if (!f->ranks.empty())
+      for (int r : launcher::parse_rank_list(f->ranks, "--ranks")) o.ranks.push_back(r);
+    std::sort(o.ranks.begin(), o.ranks.end());
+    o.ranks.erase(std::unique(o.ranks.begin(), o.ranks.end()), o.ranks.end());
+    o.stderr_only = f->stderr_only;
+    o.tail = f->tail;
+    o.follow = f->follow;
+    o.json = f->json();
+    return launcher::print_logs(run, o);
+  };
+}
+
+void print_end(const Common& c, const RunInfo& run) {
+  if (c.json()) {
+    print_json(launcher::run_json(run));
+    return;
+  }
+  auto j = launcher::run_json(run);
+  if (run.state == RunState::Lost)
+    fmt::print(stderr, "sgpu: run {} was lost: its sgpu (pid {}) ended without recording how the run ended\n", run.id,
+               j["sgpu_pid"].dump());
+  else
+    fmt::print(stderr, "sgpu: run {} {} (exit code {})\n", run.id, j["state"].get<std::string>(), exit_text(j));
+}
+
+Command add_wait(CLI::App& app) {
+  struct Flags : Common {
+    std::string run;
+    std::string timeout;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("wait", "Block until a run ends; exit with its exit code");
+  cmd->add_option("RUN", f->run, "a run id, a unique prefix of one, or 'last'")->required();
+  cmd->add_option("--timeout", f->timeout, "give up after this long (90s, 10m, ...): exit 75, the run goes on");
+  add_common(cmd, *f);
+  return [f](const DashTail&) {
+    std::optional<std::chrono::milliseconds> limit;
+    if (!f->timeout.empty())
+      if (auto d = env::parse_duration(f->timeout, "--timeout"))
+        limit = std::chrono::duration_cast<std::chrono::milliseconds>(*d);
+    auto run = launcher::find_run(f->root(), f->run);
+    auto ended = launcher::wait_for_run(run, limit);
+    if (!ended) {
+      fmt::print(stderr, "sgpu: run {} is still running after --timeout {}\n", run.id, f->timeout);
+      if (f->json()) print_json(launcher::run_json(run));
+      return kExitWaitTimedOut;
+    }
+    print_end(*f, *ended);
+    return launcher::run_exit_code(*ended);
+  };
+}
+
+Command add_cancel(CLI::App& app) {
+  struct Flags : Common {
+    std::string run;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand(
+      "cancel", "Stop a run as Ctrl-C does (SIGTERM to every rank, SIGKILL after the grace); returns once it ended");
+  cmd->add_option("RUN", f->run, "a run id, a unique prefix of one, or 'last'")->required();
+  add_common(cmd, *f);
+  return [f](const DashTail&) {
+    auto run = launcher::find_run(f->root(), f->run);
+    bool was_running = run.state == RunState::Running;
+    auto ended = launcher::cancel_run(run);
+    if (!was_running && !f->json()) fmt::print(stderr, "sgpu: run {} had already ended\n", run.id);
+    print_end(*f, ended);
+    return 0;
+  };
+}
+
+Command add_prune(CLI::App& app) {
+  struct Flags : Common {
+    std::string older_than;
+    std::optional<int> keep;
+    bool dry_run = false;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("prune", "Remove finished runs (never a running one)");
+  cmd->add_option("--older-than", f->older_than, "only runs that ended longer ago than this (7d, 12h, ...)");
+  cmd->add_option("--keep", f->keep, "keep the newest N runs")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--dry-run", f->dry_run, "list what would be removed; remove nothing");
+  add_common(cmd, *f);
+  return [f](const DashTail&) {
+    launcher::PruneRule rule;
+    rule.keep = f->keep;
+    if (!f->older_than.empty()) {
+      auto d = env::parse_duration(f->older_than, "--older-than");
+      if (!d) throw Error("--older-than none: give a duration such as 7d or 12h");
+      rule.older_than = std::chrono::duration_cast<std::chrono::seconds>(*d);
+    }
+    if (!rule.keep && !rule.older_than)
+      throw Error("prune needs --keep N or --older-than D (or both) to say which finished runs to remove");
+    auto out = launcher::prune_runs(f->root(), rule, f->dry_run);
+    if (f->json()) {
+      print_json({{"removed", out.removed}, {"dry_run", f->dry_run}, {"errors", out.errors}});
+    } else {
+      for (const auto& id : out.removed) fmt::print("{}{}\n", f->dry_run ? "would remove " : "removed ", id);
+      fmt::print(stderr, "sgpu: {} {} run{}\n", f->dry_run ? "would remove" : "removed", out.removed.size(),
+                 out.removed.size() == 1 ? "" : "s");
+    }
+    for (const auto& e : out.errors) fmt::print(stderr, "sgpu: warning: {}\n", e);
+    return out.errors.empty() ? 0 : 1;
+  };
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Command>> add_run_commands(CLI::App& app) {
+  return {{"runs", add_runs(app)}, {"status", add_status(app)}, {"logs", add_logs(app)},
+          {"wait", add_wait(app)}, {"cancel", add_cancel(app)}, {"prune", add_prune(app)}};
+}
+
+}  // namespace sgpu::app

@@ -1,0 +1,64 @@
+#pragma once
+// What a run is, as `sgpu runs`, `status`, `wait`, `cancel` and `prune` see
+// it, and the pure rules behind them: the state a recorded end maps to, how a
+// reader tells a lost run (the supervisor's lock is free but it recorded no
+// end), which RUN a user meant (full id, unique prefix, `last`), and which
+// runs a prune removes. No I/O.
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sgpu/env/exit_code.hpp"
+
+namespace sgpu::launcher {
+
+enum class RunState { Running, Succeeded, Failed, TimedOut, Cancelled, Lost };
+
+// "running", "succeeded", "failed", "timed-out", "cancelled", "lost".
+std::string_view run_state_name(RunState state);
+std::optional<RunState> parse_run_state(std::string_view name);
+
+// The state a supervisor records when its job ends. Interrupted (Ctrl-C,
+// `sgpu cancel`, SIGTERM/SIGHUP to sgpu) is cancelled.
+RunState final_state(env::JobEnd::Kind kind);
+
+// What a reader reports: a run recorded as running whose lock nobody holds
+// lost its supervisor (killed, machine rebooted) before it recorded an end.
+RunState observed_state(RunState recorded, bool lock_held);
+
+// The run a user named: a full id, a unique prefix of one, or "last" (the
+// newest). `ids_newest_first` are the runs of the runs directory `root`.
+// Throws sgpu::Error (exit 2) when none or several match, listing the candidates.
+std::string resolve_run_id(const std::vector<std::string>& ids_newest_first, std::string_view query,
+                           const std::string& root);
+
+// A run as prune sees it.
+struct PruneCandidate {
+  std::string id;
+  bool finished = false;                        // not running (lost runs are finished)
+  std::chrono::system_clock::time_point ended;  // or started, for a lost run
+};
+struct PruneRule {
+  std::optional<int> keep;                         // keep the newest N runs (running ones count)
+  std::optional<std::chrono::seconds> older_than;  // remove only runs that ended longer ago
+};
+// The ids to remove, newest first: finished runs beyond the newest `keep`
+// that ended before now - `older_than`; a rule left unset does not hold a
+// run back. Never a running run.
+std::vector<std::string> select_prune(const std::vector<PruneCandidate>& newest_first, const PruneRule& rule,
+                                      std::chrono::system_clock::time_point now);
+
+// "2026-12-02T11:53:01.042Z" back to a time point; nullopt when malformed.
+std::optional<std::chrono::system_clock::time_point> parse_iso_time(std::string_view text);
+
+}  // namespace sgpu::launcher
+
+namespace sgpu::launcher {
+// The run directory's management files (README "Run directory").
+inline constexpr const char* kRunStateFile = "state.json";     // written atomically: start and end
+inline constexpr const char* kRunLockFile = "lock";            // flock'd by the supervisor while it lives
+inline constexpr const char* kRunCancelFile = "cancel";        // the first `sgpu cancel` creates it
+inline constexpr const char* kRunConsoleFile = "console.log";  // a detached run's console
+}  // namespace sgpu::launcher

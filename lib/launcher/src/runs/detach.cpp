@@ -1,0 +1,113 @@
+#include "sgpu/launcher/runs/detach.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/runs/run_state.hpp"
+
+namespace sgpu::launcher {
+
+namespace {
+[[noreturn]] void fail(const std::string& what) {
+  throw Error(fmt::format("--detach: {}: {}", what, std::strerror(errno)), 1);
+}
+
+// The child's side of the hand-over: one byte, 0 for ready, else the errno.
+void report_to_parent(int fd, unsigned char code) {
+  while (::write(fd, &code, 1) < 0 && errno == EINTR) {
+  }
+  ::close(fd);
+}
+
+// The caller returns once the run is one `sgpu status` can see: its
+// state.json exists. If the child ends first (it failed to start the run),
+// its console goes to the caller's stderr and its exit code is the caller's.
+void wait_until_listed(pid_t child, const std::string& run_dir) {
+  auto state = std::filesystem::path(run_dir) / kRunStateFile;
+  int watch = ::inotify_init1(IN_CLOEXEC);
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
+  if (watch < 0 || pidfd < 0) fail("cannot watch the background run");
+  if (::inotify_add_watch(watch, run_dir.c_str(), IN_MOVED_TO | IN_CREATE) < 0) fail("cannot watch " + run_dir);
+  std::array<char, 4096> events{};
+  while (!std::filesystem::exists(state)) {
+    pollfd fds[2] = {{watch, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      fail("poll");
+    }
+    if (fds[0].revents & POLLIN) (void)!::read(watch, events.data(), events.size());
+    if ((fds[1].revents & POLLIN) && !std::filesystem::exists(state)) {
+      int status = 0;
+      ::waitpid(child, &status, 0);
+      if (auto console = std::ifstream(std::filesystem::path(run_dir) / kRunConsoleFile)) std::cerr << console.rdbuf();
+      std::cerr.flush();
+      ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
+  }
+  ::close(watch);
+  ::close(pidfd);
+}
+}  // namespace
+
+void detach_run(const std::string& run_id, const std::string& run_dir, bool json) {
+  auto console_path = (std::filesystem::path(run_dir) / kRunConsoleFile).string();
+  int console = ::open(console_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (console < 0) fail("cannot create " + console_path);
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0) fail("cannot open /dev/null");
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) fail("pipe");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t child = ::fork();
+  if (child < 0) fail("fork");
+  if (child == 0) {
+    ::close(ready[0]);
+    unsigned char code = 0;
+    if (::setsid() < 0 || ::dup2(null, 0) < 0 || ::dup2(console, 1) < 0 || ::dup2(console, 2) < 0)
+      code = static_cast<unsigned char>(errno == 0 ? 1 : errno);
+    ::close(null);
+    ::close(console);
+    report_to_parent(ready[1], code);
+    if (code != 0) ::_exit(1);
+    return;  // the launch goes on here, detached
+  }
+  ::close(ready[1]);
+  ::close(null);
+  ::close(console);
+  unsigned char code = 1;
+  ssize_t n = 0;
+  while ((n = ::read(ready[0], &code, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1 || code != 0) {
+    ::waitpid(child, nullptr, 0);
+    errno = n == 1 ? code : EPIPE;
+    fail("cannot start the background run");
+  }
+  wait_until_listed(child, run_dir);
+  if (json)
+    fmt::print("{}\n", nlohmann::ordered_json{{"run_id", run_id}, {"run_dir", run_dir}}.dump(2));
+  else
+    fmt::print("{}\n", run_id);
+  std::fflush(stdout);
+  // Nothing of this process may tear down what the child now owns (the
+  // reserved port, the run directory): leave without destructors.
+  ::_exit(0);
+}
+
+}  // namespace sgpu::launcher

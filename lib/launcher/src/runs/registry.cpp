@@ -1,0 +1,241 @@
+#include "sgpu/launcher/runs/registry.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <filesystem>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/outputs/run_files.hpp"
+
+namespace sgpu::launcher {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+constexpr std::size_t kStateFileLimit = 64 << 10;
+constexpr std::size_t kSummaryLimit = 64 << 20;
+constexpr std::size_t kEventsLimit = 64 << 20;
+
+std::string join(const std::string& dir, const char* name) { return dir + "/" + name; }
+
+template <class T>
+std::optional<T> get_opt(const json& doc, const char* key) {
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return std::nullopt;
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::chrono::system_clock::time_point> time_at(const json& doc, const char* key) {
+  auto text = get_opt<std::string>(doc, key);
+  return text ? parse_iso_time(*text) : std::nullopt;
+}
+}  // namespace
+
+bool run_lock_held(const std::string& run_dir) {
+  int fd = ::open(join(run_dir, kRunLockFile).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  int rc = ::flock(fd, LOCK_SH | LOCK_NB);
+  bool held = rc != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // also drops the shared lock taken when it was free
+  return held;
+}
+
+std::vector<std::string> run_ids(const std::string& root) {
+  std::vector<std::string> ids;
+  DIR* dir = ::opendir(root.c_str());
+  if (dir == nullptr) return ids;
+  while (auto* entry = ::readdir(dir)) {
+    std::string_view name = entry->d_name;
+    if (name.starts_with('.')) continue;
+    if (entry->d_type != DT_DIR && entry->d_type != DT_UNKNOWN) continue;
+    ids.emplace_back(name);
+  }
+  ::closedir(dir);
+  std::sort(ids.begin(), ids.end(), std::greater<>());
+  return ids;
+}
+
+std::optional<RunInfo> read_run(const std::string& root, const std::string& id) {
+  RunInfo run;
+  run.id = id;
+  run.dir = (fs::path(root) / id).string();
+  auto text = read_file(join(run.dir, kRunStateFile), kStateFileLimit);
+  if (!text) return std::nullopt;
+  run.record = json::parse(*text, nullptr, false);
+  if (!run.record.is_object()) return std::nullopt;
+  auto recorded = parse_run_state(get_opt<std::string>(run.record, "state").value_or("")).value_or(RunState::Lost);
+  run.state = recorded == RunState::Running ? observed_state(recorded, run_lock_held(run.dir)) : recorded;
+  run.started = time_at(run.record, "started_at");
+  run.ended = time_at(run.record, "ended_at");
+  run.exit_code = get_opt<int>(run.record, "exit_code");
+  run.world_size = get_opt<int>(run.record, "world_size").value_or(0);
+  return run;
+}
+
+namespace {
+// Ids have a resolution of one second: runs started in the same second are
+// put in order by their recorded start (milliseconds).
+constexpr std::size_t kIdSecondPrefix = 15;  // "20261202-115301"
+
+bool same_second(const std::string& a, const std::string& b) {
+  return a.size() >= kIdSecondPrefix && b.size() >= kIdSecondPrefix &&
+         a.compare(0, kIdSecondPrefix, b, 0, kIdSecondPrefix) == 0;
+}
+
+void order_newest_first(std::vector<RunInfo>& runs) {
+  std::stable_sort(runs.begin(), runs.end(), [](const RunInfo& a, const RunInfo& b) {
+    if (!same_second(a.id, b.id)) return a.id > b.id;
+    return a.started.value_or(std::chrono::system_clock::time_point{}) >
+           b.started.value_or(std::chrono::system_clock::time_point{});
+  });
+}
+}  // namespace
+
+std::vector<RunInfo> list_runs(const std::string& root, std::optional<std::size_t> limit) {
+  std::vector<RunInfo> runs;
+  for (const auto& id : run_ids(root)) {
+    // Past the limit, read on only while the ids share the last one's second.
+    if (limit && runs.size() >= *limit && !same_second(runs.back().id, id)) break;
+    if (auto run = read_run(root, id)) runs.push_back(std::move(*run));
+  }
+  order_newest_first(runs);
+  if (limit && runs.size() > *limit) runs.resize(*limit);
+  return runs;
+}
+
+RunInfo find_run(const std::string& root, const std::string& query) {
+  std::vector<std::string> ids;
+  if (query == "last") {
+    auto newest = list_runs(root, 1);
+    if (!newest.empty()) return newest.front();
+  }
+  for (auto& id : run_ids(root))
+    if (fs::exists(fs::path(root) / id / kRunStateFile)) ids.push_back(std::move(id));
+  auto id = resolve_run_id(ids, query, root);
+  auto run = read_run(root, id);
+  if (!run) throw Error(fmt::format("{}: cannot read {}", (fs::path(root) / id).string(), kRunStateFile), 1);
+  return *run;
+}
+
+double run_duration_s(const RunInfo& run) {
+  if (auto d = get_opt<double>(run.record, "duration_s")) return *d;
+  if (!run.started) return 0;
+  auto end = run.state == RunState::Running ? std::chrono::system_clock::now() : run.ended.value_or(*run.started);
+  return std::chrono::duration<double>(end - *run.started).count();
+}
+
+nlohmann::ordered_json run_json(const RunInfo& run) {
+  const auto& r = run.record;
+  auto field = [&](const char* key) { return r.contains(key) ? r[key] : json(nullptr); };
+  return {{"run_id", run.id},
+          {"run_dir", run.dir},
+          {"state", run_state_name(run.state)},
+          {"host", field("host")},
+          {"sgpu_pid", field("sgpu_pid")},
+          {"detached", r.value("detached", false)},
+          {"started_at", field("started_at")},
+          {"ended_at", field("ended_at")},
+          {"duration_s", std::round(run_duration_s(run) * 1000) / 1000},
+          {"world_size", run.world_size},
+          {"nnodes", r.value("nnodes", 1)},
+          {"exit_code", run.exit_code ? json(*run.exit_code) : json(nullptr)},
+          {"entrypoint", field("entrypoint")}};
+}
+
+nlohmann::ordered_json rank_table(const RunInfo& run) {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  if (run.state != RunState::Running && run.state != RunState::Lost) {
+    if (auto text = read_file(join(run.dir, "summary.json"), kSummaryLimit)) {
+      auto summary = json::parse(*text, nullptr, false);
+      if (summary.is_object() && summary.contains("ranks") && summary["ranks"].is_array()) {
+        for (const auto& r : summary["ranks"])
+          ranks.push_back({{"rank", r.value("rank", -1)},
+                           {"host", r.value("host", "")},
+                           {"pid", r.contains("pid") ? r["pid"] : json(nullptr)},
+                           {"state", r.value("verdict", "")},
+                           {"exit_code", r.contains("exit_code") ? r["exit_code"] : json(nullptr)},
+                           {"signal", r.contains("signal") ? r["signal"] : json(nullptr)},
+                           {"duration_s", r.contains("duration_s") ? r["duration_s"] : json(nullptr)}});
+        return ranks;
+      }
+    }
+  }
+  // Still running (or lost): the event stream says what each rank did so far.
+  for (int i = 0; i < run.world_size; ++i)
+    ranks.push_back({{"rank", i},
+                     {"host", ""},
+                     {"pid", nullptr},
+                     {"state", "not_started"},
+                     {"exit_code", nullptr},
+                     {"signal", nullptr},
+                     {"duration_s", nullptr}});
+  auto events = read_file(join(run.dir, "events.jsonl"), kEventsLimit);
+  if (!events) return ranks;
+  std::size_t start = 0;
+  while (start < events->size()) {
+    auto end = events->find('\n', start);
+    if (end == std::string::npos) break;  // a line being written
+    auto ev = json::parse(std::string_view(*events).substr(start, end - start), nullptr, false);
+    start = end + 1;
+    if (!ev.is_object() || !ev.contains("rank")) continue;
+    auto rank = ev.value("rank", -1);
+    if (rank < 0 || rank >= run.world_size) continue;
+    auto& row = ranks[static_cast<std::size_t>(rank)];
+    auto kind = ev.value("event", "");
+    if (kind == "rank_started") {
+      row["host"] = ev.value("host", "");
+      row["pid"] = ev.contains("pid") ? ev["pid"] : json(nullptr);
+      row["state"] = "running";
+    } else if (kind == "rank_exited") {
+      row["host"] = ev.value("host", "");
+      row["exit_code"] = ev.contains("exit_code") ? ev["exit_code"] : json(nullptr);
+      row["signal"] = ev.contains("signal") ? ev["signal"] : json(nullptr);
+      row["duration_s"] = ev.contains("duration_s") ? ev["duration_s"] : json(nullptr);
+      bool ok = ev["exit_code"].is_number() && ev["exit_code"].get<int>() == 0;
+      row["state"] = ok ? "ok" : ev.value("terminated_by_sgpu", false) ? "terminated_by_sgpu" : "failed";
+    }
+  }
+  return ranks;
+}
+
+PruneOutcome prune_runs(const std::string& root, const PruneRule& rule, bool dry_run) {
+  std::vector<PruneCandidate> candidates;
+  // Directories without a state.json (starting, or not runs) are never listed, so never removed.
+  for (const auto& run : list_runs(root)) {
+    PruneCandidate c;
+    c.id = run.id;
+    c.finished = run.state != RunState::Running;
+    c.ended = run.ended.value_or(run.started.value_or(std::chrono::system_clock::time_point{}));
+    candidates.push_back(std::move(c));
+  }
+  PruneOutcome out;
+  for (auto& id : select_prune(candidates, rule, std::chrono::system_clock::now())) {
+    auto dir = fs::path(root) / id;
+    // Checked again at the last moment: a run is never removed while its lock is held.
+    if (run_lock_held(dir.string())) continue;
+    if (!dry_run) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      if (ec && fs::exists(dir)) {
+        out.errors.push_back(fmt::format("{}: {}", dir.string(), ec.message()));
+        continue;
+      }
+    }
+    out.removed.push_back(std::move(id));
+  }
+  return out;
+}
+
+}  // namespace sgpu::launcher
