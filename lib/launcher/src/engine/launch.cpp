@@ -40,11 +40,26 @@ void report_not_started(const LaunchContext& ctx, const Error& error) {
   std::fflush(stdout);
 }
 
+// Restarts run on one node so far: the launcher's word to every node's
+// agent to start its ranks again is not in the rendezvous protocol yet.
+void check_restarts(const JobSpec& spec, const BackendInfo& backend) {
+  if (spec.max_restarts == 0 || backend.name == "local") return;
+  throw Error(fmt::format("{}: restarts work on one node (the local backend) only so far, not with the {} "
+                          "backend; drop it, or run on one node",
+                          where_set(spec, "job.max_restarts", fmt::format("--max-restarts {}", spec.max_restarts)),
+                          backend.name),
+              kExitUsage);
+}
+
 }  // namespace
 
 int launch(LaunchRequest request) {
-  LaunchContext ctx{std::move(request.resolved.spec), std::move(request.inherited), std::move(request.cwd),
-                    std::move(request.self_exe), {}, {}};
+  LaunchContext ctx{std::move(request.resolved.spec),
+                    std::move(request.inherited),
+                    std::move(request.cwd),
+                    std::move(request.self_exe),
+                    {},
+                    {}};
   const auto& info = choose_backend(ctx.spec, ctx.inherited);
   auto backend = info.make();
   std::signal(SIGPIPE, SIG_IGN);
@@ -57,6 +72,7 @@ int launch(LaunchRequest request) {
   };
   BackendRun result;
   try {
+    check_restarts(ctx.spec, info);
     backend->check(ctx);
     result = backend->run(ctx, observe);
   } catch (const Error& e) {
@@ -77,11 +93,16 @@ int launch(LaunchRequest request) {
 }
 
 int dry_run(LaunchRequest request) {
-  LaunchContext ctx{std::move(request.resolved.spec), std::move(request.inherited), std::move(request.cwd),
-                    std::move(request.self_exe), {}, {}};
+  LaunchContext ctx{std::move(request.resolved.spec),
+                    std::move(request.inherited),
+                    std::move(request.cwd),
+                    std::move(request.self_exe),
+                    {},
+                    {}};
   try {
     const auto& info = choose_backend(ctx.spec, ctx.inherited);
     auto backend = info.make();
+    check_restarts(ctx.spec, info);
     backend->check(ctx);
     auto layout = backend->describe(ctx);
     request.resolved.spec = ctx.spec;
