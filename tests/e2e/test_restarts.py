@@ -145,3 +145,12 @@ def test_checkpoint_example_resumes_where_it_failed(sgpu, tmp_path):
     assert [a["status"] for a in summary["attempts"]] == ["rank_failed", "completed"]
     assert "failing on purpose at epoch 2" in summary["attempts"][0]["root_cause"]["message"]
     assert [r["start_epoch"] for r in summary["results"]] == [2, 2]
+
+
+def test_dry_run_shows_the_restarts(sgpu):
+    args = ["launch", "--nproc", 1, "--max-restarts", 2, "--restart-backoff", "5s", "--dry-run"]
+    res = sgpu.run(*args, python_program("restart_job.py"))
+    assert res.returncode == 0, res.stderr
+    assert "up to 2 after a rank fails, 5s apart at first" in res.stdout
+    doc = json.loads(sgpu.run(*args, "-o", "json", python_program("restart_job.py")).stdout)
+    assert doc["max_restarts"] == 2 and doc["restart_backoff_s"] == 5
