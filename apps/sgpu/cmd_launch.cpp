@@ -30,7 +30,6 @@ struct LaunchFlags {
   std::vector<std::string> sets;
   bool dry_run = false;
   bool standalone = false;
-  int max_restarts = 0;
 };
 
 // How --help shows an option's value: "N", "DURATION", "node|per-rank".
@@ -90,11 +89,6 @@ launcher::ResolvedSpec resolve(const LaunchFlags& f, const std::vector<std::stri
 
 int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   check_entrypoint_words(rest);
-  if (f.max_restarts != 0)
-    throw Error(
-        fmt::format("--max-restarts {}: restarts are not available yet; sgpu reports the first "
-                    "failure at once (use 0 or drop the option)",
-                    f.max_restarts));
   launcher::LaunchRequest request;
   request.inherited = env::current_environment();
   request.resolved = resolve(f, rest, request.inherited);
@@ -139,7 +133,6 @@ Command add_launch_command(CLI::App& app) {
     slot.option = cmd->add_option(names, slot.text, help)->type_name(value_name(key));
   }
   cmd->add_flag("--standalone", flags->standalone, "torchrun compatibility: accepted, sgpu is standalone on one node");
-  cmd->add_option("--max-restarts,--max_restarts", flags->max_restarts, "torchrun compatibility: only 0 for now");
   return [cmd, flags](const DashTail& tail) {
     // "--" ends sgpu's options when it comes before the entrypoint; after the
     // entrypoint it is one of the job's own arguments.

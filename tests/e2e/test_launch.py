@@ -290,7 +290,7 @@ def test_torchrun_spellings_are_accepted(sgpu):
 @pytest.mark.parametrize("flag,message", [
     ("--rdzv-backend=c10d", "torchrun's --rdzv-backend is not supported by sgpu"),
     ("--tee=3", "torchrun's --tee is not supported by sgpu"),
-    ("--max-restarts=3", "--max-restarts 3: restarts are not available yet"),
+    ("--max-restarts=-1", "must be between 0 and 1000000"),
     ("--nnodes=2", "--nnodes 2 needs --rdzv-endpoint HOST:PORT"),
     ("--bogus", "unknown option '--bogus'"),
 ])

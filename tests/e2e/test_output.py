@@ -243,7 +243,7 @@ def test_a_failure_without_error_file_shows_the_last_lines_of_stderr(sgpu):
     first_exit = next(e for e in events if e["event"] == "rank_exited")
     assert first_exit["rank"] == 2 and first_exit["exit_code"] == 3 and first_exit["terminated_by_sgpu"] is False
     teardown = next(e for e in events if e["event"] == "teardown")
-    assert teardown == {"ts": teardown["ts"], "event": "teardown", "reason": "rank_failed", "rank": 2}
+    assert teardown == {"ts": teardown["ts"], "event": "teardown", "attempt": 0, "reason": "rank_failed", "rank": 2}
     assert events[-1]["exit_code"] == 3 and events[-1]["status"] == "rank_failed"
 
 

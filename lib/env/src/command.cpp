@@ -38,11 +38,10 @@ const char* entrypoint_kind_name(Entrypoint::Kind kind) {
 
 namespace {
 // torchrun options that sgpu does not accept, with what to do instead.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 11> kUnsupported{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 10> kUnsupported{{
     {"rdzv-backend", "sgpu runs its own authenticated rendezvous; drop the option"},
     {"rdzv-conf", "sgpu runs its own authenticated rendezvous; drop the option"},
     {"rdzv-id", "sgpu makes a run id per launch (SGPU_RUN_ID); drop the option"},
-    {"max-restarts", "restarts are not available yet; drop the option"},
     {"monitor-interval", "sgpu reacts to exits at once, it does not poll; drop the option"},
     {"start-method", "sgpu always starts ranks with fork+exec; drop the option"},
     {"role", "sgpu has one role per job; drop the option"},

@@ -115,4 +115,13 @@ void ConsolePrinter::on_rank_output_closed(int rank, Stream stream) {
   sink_.write(stream, out_);
 }
 
+std::string restart_line(int attempt, int max_restarts, const env::JobEnd& cause, env::Seconds backoff) {
+  return fmt::format("sgpu: attempt {} ended: {}; restart {} of {} in {}\n", attempt - 1,
+                     env::describe_end_and_code(cause), attempt, max_restarts, env::format_duration(backoff));
+}
+
+void ConsolePrinter::on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) {
+  sink_.write(Stream::Err, restart_line(attempt, options_.max_restarts, cause, backoff));
+}
+
 }  // namespace sgpu::launcher

@@ -97,6 +97,7 @@ struct JobOutputs::Impl {
     o.ranks = spec.console_ranks;
     if (spec.raw_output) o.raw_rank = spec.console_ranks.empty() ? 0 : spec.console_ranks.front();
     o.timestamps = spec.timestamps;
+    o.max_restarts = spec.max_restarts;
     // https://no-color.org: any non-empty NO_COLOR turns colour off.
     bool color = get(e, "NO_COLOR").empty() && get(e, "TERM") != "dumb";
     int out_fd = spec.output_format == "json" ? 2 : 1;
@@ -178,25 +179,53 @@ struct JobOutputs::Impl {
       rank.result = parse_result(result);
       report.ranks.push_back(std::move(rank));
     }
-    for (const auto& rec : outcome.ranks) {
-      auto& rank = report.ranks.at(static_cast<std::size_t>(rec.rank));
+    fill_ranks(report.ranks, outcome.ranks);
+    for (auto& w : run_log.write_errors()) report.warnings.push_back(std::move(w));
+    report.root_cause = root_cause(report.ranks, outcome.end, outcome.spawn_error, -1);
+    // Earlier attempts' files are in ranks/<r>/attempt-<k>/; the last one's where they always are.
+    for (std::size_t i = 0; i < outcome.attempts.size(); ++i) {
+      const auto& a = outcome.attempts[i];
+      bool last = i + 1 == outcome.attempts.size();
+      AttemptReport attempt;
+      attempt.attempt = a.attempt;
+      attempt.end = a.end;
+      attempt.exit_code = a.exit_code();
+      attempt.started = a.started;
+      attempt.ended = a.ended;
+      attempt.ranks = report.ranks;
+      for (auto& r : attempt.ranks) {
+        RankReport blank;
+        blank.rank = r.rank;
+        blank.host = r.host;
+        r = std::move(blank);
+      }
+      fill_ranks(attempt.ranks, a.ranks);
+      attempt.root_cause = root_cause(attempt.ranks, a.end, a.spawn_error, last ? -1 : a.attempt);
+      report.attempts.push_back(std::move(attempt));
+    }
+    return report;
+  }
+
+  static void fill_ranks(std::vector<RankReport>& ranks, const std::vector<RankRecord>& records) {
+    for (const auto& rec : records) {
+      auto& rank = ranks.at(static_cast<std::size_t>(rec.rank));
       rank.pid = rec.pid;
       rank.status = rec.status;
       rank.terminated_by_sgpu = rec.terminated_by_sgpu;
       rank.started = rec.started;
       rank.ended = rec.ended;
     }
-    report.root_cause = root_cause(report, outcome);
-    for (auto& w : run_log.write_errors()) report.warnings.push_back(std::move(w));
-    return report;
   }
 
-  std::optional<RootCause> root_cause(const RunReport& report, const JobOutcome& outcome) const {
+  // Why the run (or one attempt of it) ended; `attempt` >= 0 reads that
+  // attempt's kept files (ranks/<r>/attempt-<k>/), -1 the newest ones.
+  std::optional<RootCause> root_cause(const std::vector<RankReport>& ranks, const env::JobEnd& end,
+                                      const std::string& spawn_error, int attempt) const {
     using Kind = env::JobEnd::Kind;
     RootCause cause;
-    cause.kind = outcome.end.kind;
+    cause.kind = end.kind;
     cause.source = "sgpu";
-    switch (outcome.end.kind) {
+    switch (end.kind) {
       case Kind::Completed:
         return std::nullopt;
       case Kind::TimedOut:
@@ -204,34 +233,40 @@ struct JobOutputs::Impl {
             fmt::format("the job ran past --timeout {}", plan.timeout ? env::format_duration(*plan.timeout) : "?");
         return cause;
       case Kind::Interrupted:
-        cause.message = fmt::format("sgpu received {}", env::signal_name(outcome.end.signal));
+        cause.message = fmt::format("sgpu received {}", env::signal_name(end.signal));
         return cause;
       case Kind::SpawnFailed:
-        cause.rank = outcome.end.rank;
-        cause.message = outcome.spawn_error;
+        cause.rank = end.rank;
+        cause.message = spawn_error;
         return cause;
       case Kind::NodeLost:
       case Kind::StoppedByScheduler:
       case Kind::NotStarted:
-        cause.message = env::describe_end(outcome.end);
+        cause.message = env::describe_end(end);
         return cause;
       case Kind::RankFailed:
         break;
     }
-    cause.rank = outcome.end.rank;
-    const auto& rank = report.ranks.at(static_cast<std::size_t>(cause.rank));
-    cause.message = failure_message(rank.rank, rank.host, rank.pid, outcome.end.status);
-    const auto& files = plan.ranks.at(static_cast<std::size_t>(cause.rank)).files;
-    if (auto text = read_file(files.error_file, kErrorFileLimit)) cause.record = parse_error_file(*text);
+    cause.rank = end.rank;
+    const auto& rank = ranks.at(static_cast<std::size_t>(cause.rank));
+    cause.message = failure_message(rank.rank, rank.host, rank.pid, end.status);
+    auto error_file = plan.ranks.at(static_cast<std::size_t>(cause.rank)).files.error_file;
+    auto stderr_path = rank_log_path(plan.run_dir, cause.rank, Stream::Err);
+    if (attempt >= 0) {
+      auto dir = fs::path(attempt_dir(plan.run_dir, cause.rank, attempt));
+      error_file = (dir / "error.json").string();
+      stderr_path = (dir / "stderr").string();
+    }
+    if (auto text = read_file(error_file, kErrorFileLimit)) cause.record = parse_error_file(*text);
     if (cause.record && !(cause.record->message.empty() && cause.record->traceback.empty())) {
       if (!cause.record->message.empty()) cause.message += ": " + cause.record->message;
       cause.details = cause.record->traceback.empty() ? cause.record->message : cause.record->traceback;
       cause.source = "error_file";
-      cause.source_path = files.error_file;
+      cause.source_path = error_file;
       return cause;
     }
     cause.source = "stderr";
-    cause.source_path = rank_log_path(plan.run_dir, cause.rank, Stream::Err);
+    cause.source_path = stderr_path;
     std::error_code ec;
     auto size = fs::file_size(cause.source_path, ec);
     if (auto tail = read_file(cause.source_path, kStderrTailBytes, true))
@@ -267,6 +302,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   auto& s = *impl_;
   s.sink.clear_status();
   auto report = s.gather(outcome);
+  s.run_log.keep_last_attempt();
   auto summary = summary_json(report, s.spec);
   try {
     write_file_atomic((fs::path(s.plan.run_dir) / "summary.json").string(), dump_json(summary));

@@ -149,8 +149,13 @@ std::string format_rank_table(const RunReport& report, std::size_t max_rows) {
 std::string format_report(const RunReport& report) {
   std::string out;
   for (const auto& w : report.warnings) out += fmt::format("sgpu: warning: {}\n", w);
-  if (report.end.kind == Kind::Completed) return out + headline(report) + "\n";
-  out += headline(report) + "\n";
+  std::string attempts;
+  if (report.attempts.size() > 1)
+    attempts = fmt::format("sgpu: {} attempts ({} restart{}); each attempt's files in {}/ranks/<rank>/attempt-<k>/\n",
+                           report.attempts.size(), report.attempts.size() - 1, report.attempts.size() == 2 ? "" : "s",
+                           report.run_dir);
+  if (report.end.kind == Kind::Completed) return out + headline(report) + "\n" + attempts;
+  out += headline(report) + "\n" + attempts;
   if (report.end.kind == Kind::SpawnFailed && report.ranks.size() <= 1) return out;
   out += format_rank_table(report);
   if (const auto& cause = report.root_cause; cause && cause->kind == Kind::RankFailed) {

@@ -1,21 +1,29 @@
 #include "sgpu/launcher/outputs/run_log.hpp"
 
 #include <filesystem>
+#include <system_error>
+
+#include <fmt/format.h>
 
 #include "sgpu/env/exit_code.hpp"
 
 namespace sgpu::launcher {
 
+namespace fs = std::filesystem;
+
 namespace {
+// Every file a rank leaves in its directory, in the order they are kept.
+constexpr const char* kRankFiles[] = {"stdout", "stderr", "error.json", "result"};
+
 std::size_t log_index(int rank, Stream stream) {
   return static_cast<std::size_t>(rank) * 2 + (stream == Stream::Out ? 0 : 1);
 }
 }  // namespace
 
 nlohmann::ordered_json rank_exited_event(int rank, const std::string& host, int pid, const env::ExitStatus& status,
-                                         bool terminated_by_sgpu, double duration_s) {
+                                         bool terminated_by_sgpu, double duration_s, int attempt) {
   nlohmann::ordered_json e = {{"event", "rank_exited"}, {"rank", rank}, {"host", host},
-                              {"attempt", 0},           {"pid", pid},   {"exit_code", nullptr},
+                              {"attempt", attempt},     {"pid", pid},   {"exit_code", nullptr},
                               {"signal", nullptr}};
   if (status.code) e["exit_code"] = *status.code;
   if (status.signal) e["signal"] = env::signal_name(*status.signal);
@@ -24,8 +32,8 @@ nlohmann::ordered_json rank_exited_event(int rank, const std::string& host, int 
   return e;
 }
 
-nlohmann::ordered_json teardown_event(const env::JobEnd& cause) {
-  nlohmann::ordered_json e = {{"event", "teardown"}, {"reason", env::job_end_name(cause.kind)}};
+nlohmann::ordered_json teardown_event(const env::JobEnd& cause, int attempt) {
+  nlohmann::ordered_json e = {{"event", "teardown"}, {"attempt", attempt}, {"reason", env::job_end_name(cause.kind)}};
   if (cause.kind == env::JobEnd::Kind::RankFailed || cause.kind == env::JobEnd::Kind::SpawnFailed)
     e["rank"] = cause.rank;
   if (cause.kind == env::JobEnd::Kind::Interrupted) e["signal"] = env::signal_name(cause.signal);
@@ -34,8 +42,24 @@ nlohmann::ordered_json teardown_event(const env::JobEnd& cause) {
   return e;
 }
 
+nlohmann::ordered_json restart_event(int attempt, const env::JobEnd& cause, env::Seconds backoff) {
+  nlohmann::ordered_json e = {{"event", "restart"},
+                              {"attempt", attempt},
+                              {"after", env::job_end_name(cause.kind)},
+                              {"exit_code", env::job_exit_code(cause)}};
+  if (cause.rank >= 0) e["rank"] = cause.rank;
+  if (!cause.host.empty()) e["host"] = cause.host;
+  e["backoff_s"] = backoff.count();
+  return e;
+}
+
+std::string attempt_dir(const std::string& run_dir, int rank, int attempt) {
+  return (fs::path(rank_dir(run_dir, rank)) / fmt::format("attempt-{}", attempt)).string();
+}
+
 RunLog::RunLog(const std::string& run_dir, int world_size, std::string host, std::vector<std::string> rank_hosts)
-    : host_(std::move(host)),
+    : run_dir_(run_dir),
+      host_(std::move(host)),
       rank_hosts_(std::move(rank_hosts)),
       started_(static_cast<std::size_t>(world_size)),
       pids_(static_cast<std::size_t>(world_size), -1) {
@@ -63,7 +87,8 @@ const std::string& RunLog::host_of(int rank) const {
 void RunLog::on_rank_started(int rank, int pid) {
   started_.at(static_cast<std::size_t>(rank)) = Clock::now();
   pids_.at(static_cast<std::size_t>(rank)) = pid;
-  append_event({{"event", "rank_started"}, {"rank", rank}, {"host", host_of(rank)}, {"attempt", 0}, {"pid", pid}});
+  append_event(
+      {{"event", "rank_started"}, {"rank", rank}, {"host", host_of(rank)}, {"attempt", attempt_}, {"pid", pid}});
 }
 
 void RunLog::on_rank_output(int rank, Stream stream, std::string_view bytes) {
@@ -73,10 +98,46 @@ void RunLog::on_rank_output(int rank, Stream stream, std::string_view bytes) {
 void RunLog::on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) {
   std::chrono::duration<double> took = Clock::now() - started_.at(static_cast<std::size_t>(rank));
   append_event(rank_exited_event(rank, host_of(rank), pids_.at(static_cast<std::size_t>(rank)), status,
-                                 terminated_by_sgpu, took.count()));
+                                 terminated_by_sgpu, took.count(), attempt_));
 }
 
-void RunLog::on_teardown(const env::JobEnd& cause) { append_event(teardown_event(cause)); }
+void RunLog::on_teardown(const env::JobEnd& cause) { append_event(teardown_event(cause, attempt_)); }
+
+void RunLog::on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) {
+  append_event(restart_event(attempt, cause, backoff));
+}
+
+void RunLog::on_attempt_started(int attempt) {
+  archive(attempt_, false);
+  for (auto& f : logs_) f = AppendFile::deferred(f.path());
+  attempt_ = attempt;
+  append_event({{"event", "attempt_started"}, {"attempt", attempt}});
+}
+
+void RunLog::keep_last_attempt() {
+  if (attempt_ > 0) archive(attempt_, true);
+}
+
+void RunLog::archive(int attempt, bool link) {
+  for (auto& f : logs_) f.create();  // every attempt keeps both logs, empty or not
+  auto ranks = static_cast<int>(logs_.size() / 2);
+  for (int r = 0; r < ranks; ++r) {
+    auto dir = fs::path(attempt_dir(run_dir_, r, attempt));
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    for (const char* name : kRankFiles) {
+      auto from = fs::path(rank_dir(run_dir_, r)) / name;
+      if (!fs::exists(from, ec)) continue;
+      if (link)
+        fs::create_hard_link(from, dir / name, ec);
+      else
+        fs::rename(from, dir / name, ec);
+      if (ec)
+        archive_errors_.push_back(
+            fmt::format("{}: cannot keep it in {}: {}", from.string(), dir.string(), ec.message()));
+    }
+  }
+}
 
 std::vector<std::string> RunLog::write_errors() {
   std::vector<std::string> out;
@@ -85,6 +146,7 @@ std::vector<std::string> RunLog::write_errors() {
     if (!f.error().empty()) out.push_back(f.path() + ": " + f.error());
   }
   if (!events_.error().empty()) out.push_back(events_.path() + ": " + events_.error());
+  for (const auto& e : archive_errors_) out.push_back(e);
   return out;
 }
 

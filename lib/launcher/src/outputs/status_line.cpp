@@ -58,8 +58,13 @@ void StatusLine::on_rank_started(int, int) {
   ++snapshot_.running;
   if (ticking_) return;
   ticking_ = true;
-  started_ = std::chrono::steady_clock::now();
-  timer_.expires_at(started_ + kTick);
+  auto now = std::chrono::steady_clock::now();
+  if (!clock_started_) {
+    clock_started_ = true;
+    started_ = now;
+  }
+  // Aligned to whole seconds since the run started, also after a restart.
+  timer_.expires_at(started_ + kTick * (1 + (now - started_) / kTick));
   timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) tick();
   });
@@ -103,6 +108,15 @@ void StatusLine::on_teardown(const env::JobEnd& cause) {
   } else if (shown_) {
     draw();
   }
+}
+
+void StatusLine::on_restart(int, const env::JobEnd&, env::Seconds) {
+  stop();
+  auto world_size = snapshot_.world_size;
+  snapshot_ = {};
+  snapshot_.world_size = world_size;
+  started_ranks_ = 0;
+  torn_down_ = false;
 }
 
 void StatusLine::stop() {

@@ -14,19 +14,20 @@ using json = nlohmann::ordered_json;
 
 json seconds_or_null(const std::optional<env::Seconds>& s) { return s ? json(s->count()) : json(nullptr); }
 
-json root_cause_json(const RunReport& report) {
-  if (!report.root_cause) return nullptr;
-  const auto& c = *report.root_cause;
+json root_cause_json(const std::optional<RootCause>& root_cause, const std::vector<RankReport>& ranks,
+                     const env::JobEnd& end) {
+  if (!root_cause) return nullptr;
+  const auto& c = *root_cause;
   json out = {{"reason", env::job_end_name(c.kind)}, {"message", c.message}};
   out["rank"] = c.rank >= 0 ? json(c.rank) : json(nullptr);
-  if (c.rank >= 0 && static_cast<std::size_t>(c.rank) < report.ranks.size()) {
-    const auto& r = report.ranks[static_cast<std::size_t>(c.rank)];
+  if (c.rank >= 0 && static_cast<std::size_t>(c.rank) < ranks.size()) {
+    const auto& r = ranks[static_cast<std::size_t>(c.rank)];
     out["host"] = r.host;
     out["pid"] = r.pid > 0 ? json(r.pid) : json(nullptr);
     out["exit_code"] = r.status && r.status->code ? json(*r.status->code) : json(nullptr);
     out["signal"] = r.status && r.status->signal ? json(env::signal_name(*r.status->signal)) : json(nullptr);
   }
-  if (report.end.kind == env::JobEnd::Kind::Interrupted) out["signal"] = env::signal_name(report.end.signal);
+  if (end.kind == env::JobEnd::Kind::Interrupted) out["signal"] = env::signal_name(end.signal);
   out["details"] = c.details;
   out["source"] = c.source;
   out["source_path"] = c.source_path.empty() ? json(nullptr) : json(c.source_path);
@@ -69,6 +70,14 @@ bool valid_utf8(std::string_view s) {
   }
   return true;
 }
+
+json attempt_json(int attempt, const env::JobEnd& end, int exit_code, Clock::time_point started,
+                  Clock::time_point ended, const json& root_cause) {
+  return {{"attempt", attempt},          {"status", env::job_end_name(end.kind)},
+          {"exit_code", exit_code},      {"started_at", iso_time(started)},
+          {"ended_at", iso_time(ended)}, {"duration_s", duration_seconds(started, ended)},
+          {"root_cause", root_cause}};
+}
 }  // namespace
 
 json parse_result(const std::optional<std::string>& content) {
@@ -107,6 +116,8 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"master_port", plan.master_port},
       {"timeout_s", seconds_or_null(plan.timeout)},
       {"grace_s", plan.grace.count()},
+      {"max_restarts", plan.max_restarts},
+      {"restart_backoff_s", plan.restart_backoff.count()},
       {"env", spec.env},
       {"run_id", plan.run_id},
       {"run_dir", plan.run_dir},
@@ -139,6 +150,14 @@ json summary_json(const RunReport& report, const json& spec) {
     ranks.push_back(std::move(row));
     results.push_back(r.result);
   }
+  auto root_cause = root_cause_json(report.root_cause, report.ranks, report.end);
+  json attempts = json::array();
+  for (const auto& a : report.attempts)
+    attempts.push_back(
+        attempt_json(a.attempt, a.end, a.exit_code, a.started, a.ended, root_cause_json(a.root_cause, a.ranks, a.end)));
+  // A run that does not restart (or a multi-node one) is its one attempt.
+  if (attempts.empty())
+    attempts.push_back(attempt_json(0, report.end, report.exit_code, report.started, report.ended, root_cause));
   return {
       {"version", kSummaryVersion},
       {"run_id", report.run_id},
@@ -153,7 +172,8 @@ json summary_json(const RunReport& report, const json& spec) {
       {"spec", spec},
       {"ranks", ranks},
       {"results", results},
-      {"root_cause", root_cause_json(report)},
+      {"root_cause", root_cause},
+      {"attempts", attempts},
       {"warnings", report.warnings},
   };
 }
@@ -183,6 +203,7 @@ json not_started_json(const std::string& run_id, const std::string& run_dir, con
         {"source", "sgpu"},
         {"source_path", nullptr},
         {"error_file", nullptr}}},
+      {"attempts", json::array()},
       {"warnings", json::array()},
   };
 }

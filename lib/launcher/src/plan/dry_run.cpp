@@ -143,6 +143,10 @@ std::string dry_run_text(const DryRun& d) {
   line("timeout",
        fmt::format("{}, then SIGTERM and SIGKILL after {}",
                    first.timeout ? env::format_duration(*first.timeout) : "none", env::format_duration(first.grace)));
+  if (first.max_restarts > 0)
+    line("restarts", fmt::format("up to {} after a rank fails, {} apart at first (doubling, at most 1m), all within "
+                                 "the timeout",
+                                 first.max_restarts, env::format_duration(first.restart_backoff)));
   line("master", fmt::format("{}:{}", first.master_addr,
                              d.master_port_fixed ? std::to_string(first.master_port) : std::string(kFreePort)));
   line("run dir", first.run_dir);
@@ -186,6 +190,8 @@ std::string dry_run_json(const DryRun& d) {
   doc["gpu_bind"] = d.gpu_bind;
   doc["timeout_s"] = first.timeout ? json(first.timeout->count()) : json(nullptr);
   doc["grace_s"] = first.grace.count();
+  doc["max_restarts"] = first.max_restarts;
+  doc["restart_backoff_s"] = first.restart_backoff.count();
   doc["master_addr"] = first.master_addr;
   doc["master_port"] = d.master_port_fixed ? json(first.master_port) : json(nullptr);
   doc["run_dir"] = first.run_dir;

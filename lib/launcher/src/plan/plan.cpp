@@ -72,6 +72,11 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   auto grace = env::parse_duration(spec.grace, "--grace");
   if (!grace) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
   plan.grace = *grace;
+  if (spec.max_restarts < 0) throw Error(fmt::format("--max-restarts {}: must be 0 or more", spec.max_restarts));
+  plan.max_restarts = spec.max_restarts;
+  auto backoff = env::parse_duration(spec.restart_backoff, "--restart-backoff");
+  if (!backoff) throw Error("--restart-backoff none: give a wait, e.g. 1s");
+  plan.restart_backoff = *backoff;
 
   plan.run_id = in.run_id;
   plan.run_dir = in.run_dir;
@@ -86,6 +91,8 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   else if (!spec.rendezvous.master_addr.empty())
     job.master_addr = spec.rendezvous.master_addr;
   job.master_port = in.master_port;
+  job.restart_count = in.restart_count;
+  job.max_restarts = spec.max_restarts;
   job.run_id = in.run_id;
   job.gpu_type = plan.gpu_type;
   job.extra = spec.env;

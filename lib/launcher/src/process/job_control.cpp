@@ -1,6 +1,9 @@
 #include "sgpu/launcher/process/job_control.hpp"
 
 #include <csignal>
+#include <utility>
+
+#include "sgpu/env/restart.hpp"
 
 namespace sgpu::launcher {
 namespace asio = boost::asio;
@@ -12,7 +15,7 @@ std::chrono::steady_clock::duration to_steady(env::Seconds s) {
 }  // namespace
 
 JobControl::JobControl(asio::io_context& io, JobControlOptions options, Actions& actions)
-    : options_(options), actions_(actions), signals_(io), timeout_timer_(io), grace_timer_(io) {}
+    : options_(options), actions_(actions), signals_(io), timeout_timer_(io), grace_timer_(io), backoff_timer_(io) {}
 
 void JobControl::watch_signals() {
   if (!options_.handle_signals) return;
@@ -24,38 +27,51 @@ void JobControl::arm_signals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec || finished_) return;
     if (sig == SIGUSR1 || sig == SIGUSR2) {
-      if (started_) actions_.forward_signal(sig);
+      if (started_ && !in_backoff_) actions_.forward_signal(sig);
     } else if (!started_) {
       actions_.on_signal_before_start(sig);
-    } else if (stopping_) {
+    } else if (stopping_ && final_) {
       kill();  // a second Ctrl-C (or TERM) does not wait for the grace
     } else {
       env::JobEnd end;
       end.kind = env::JobEnd::Kind::Interrupted;
       end.signal = sig;
-      stop(end, sig);
+      if (stopping_ || in_backoff_)
+        end_for_good(end, sig);  // no restart after a signal to sgpu
+      else
+        stop(end, sig);
     }
-    if (!finished_) arm_signals();  // what it did may have ended the job (a rendezvous aborted)
+    if (!finished_) arm_signals();  // what it did may have ended the job (a rendezvous aborted, a backoff cut short)
   });
 }
 
 void JobControl::start() {
   started_ = true;
-  if (!options_.timeout || stopping_) return;
+  // Once for the whole run: the timeout covers every attempt together.
+  if (!options_.timeout || stopping_ || timeout_armed_) return;
+  timeout_armed_ = true;
   timeout_timer_.expires_after(to_steady(*options_.timeout));
   timeout_timer_.async_wait([this](boost::system::error_code ec) {
-    if (ec || stopping_ || finished_) return;
+    if (ec || final_ || finished_) return;
     env::JobEnd end;
     end.kind = env::JobEnd::Kind::TimedOut;
-    stop(end, SIGTERM);
+    if (stopping_ || in_backoff_)
+      end_for_good(end, SIGTERM);
+    else
+      stop(end, SIGTERM);
   });
 }
 
+bool JobControl::will_restart(const env::JobEnd& cause) const {
+  return attempt_ < options_.max_restarts && env::restartable(cause);
+}
+
 void JobControl::stop(const env::JobEnd& cause, int sig) {
-  if (stopping_ || finished_) return;
+  if (stopping_ || finished_ || in_backoff_) return;
   stopping_ = true;
   end_ = cause;
-  timeout_timer_.cancel();
+  final_ = !will_restart(cause);
+  if (final_) timeout_timer_.cancel();
   actions_.on_stopping(cause);
   actions_.signal_job(sig);
   if (finished_) return;  // on_stopping or signal_job found nothing left to wait for
@@ -63,6 +79,22 @@ void JobControl::stop(const env::JobEnd& cause, int sig) {
   grace_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec && !finished_) actions_.kill_job();
   });
+}
+
+void JobControl::end_for_good(const env::JobEnd& cause, int sig) {
+  final_ = true;
+  end_ = cause;
+  timeout_timer_.cancel();
+  actions_.on_stopping(cause);
+  if (in_backoff_) {  // nothing runs: the run ends now
+    in_backoff_ = false;
+    backoff_timer_.cancel();
+    stopping_ = true;
+    auto then = std::exchange(pending_, nullptr);
+    if (then) then(false);
+    return;
+  }
+  actions_.signal_job(sig);  // the teardown under way (its grace runs) now ends the run
 }
 
 void JobControl::rank_exited(int rank, const env::ExitStatus& status, const std::string& host) {
@@ -78,14 +110,36 @@ void JobControl::rank_exited(int rank, const env::ExitStatus& status, const std:
 void JobControl::kill() { actions_.kill_job(); }
 
 void JobControl::all_exited() {
-  timeout_timer_.cancel();
   grace_timer_.cancel();
+  if (!stopping_ || final_) timeout_timer_.cancel();
+}
+
+void JobControl::attempt_over(std::function<void(bool again)> then) {
+  if (!stopping_ || final_ || finished_) {
+    then(false);
+    return;
+  }
+  ++attempt_;
+  auto backoff = env::restart_backoff(options_.restart_backoff, attempt_);
+  in_backoff_ = true;
+  stopping_ = false;
+  pending_ = std::move(then);
+  actions_.on_restart(attempt_, end_, backoff);
+  backoff_timer_.expires_after(to_steady(backoff));
+  backoff_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || !in_backoff_) return;
+    in_backoff_ = false;
+    end_ = {};
+    auto again = std::exchange(pending_, nullptr);
+    again(true);
+  });
 }
 
 void JobControl::finish() {
   finished_ = true;
   timeout_timer_.cancel();
   grace_timer_.cancel();
+  backoff_timer_.cancel();
   boost::system::error_code ignored;
   signals_.cancel(ignored);
   signals_.clear(ignored);

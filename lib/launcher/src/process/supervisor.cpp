@@ -34,11 +34,15 @@ struct Supervisor::State : JobControl::Actions {
   OrphanGuard guard;  // first: forked before any pipe or handler exists
   asio::io_context& io;
   JobObserver& observer;
+  std::function<std::vector<RankLaunch>(int)> relaunch;
   JobControl control;
   asio::steady_timer drain_timer;
   std::vector<std::unique_ptr<Rank>> ranks;
+  // Earlier attempts' ranks: cancelled reads may still name them until the loop runs their handlers.
+  std::vector<std::unique_ptr<Rank>> retired;
   JobOutcome outcome;
-  bool finished = false;
+  Clock::time_point attempt_started{};
+  bool finished = false;  // this attempt: every rank exited and its output is read
   std::function<void(const JobOutcome&)> on_finished;
   int running = 0;
   int open_pipes = 0;
@@ -46,7 +50,11 @@ struct Supervisor::State : JobControl::Actions {
   State(asio::io_context& io_, JobObserver& obs, SupervisorOptions opts)
       : io(io_),
         observer(obs),
-        control(io_, JobControlOptions{opts.timeout, opts.grace, opts.handle_signals}, *this),
+        relaunch(std::move(opts.relaunch)),
+        control(io_,
+                JobControlOptions{opts.timeout, opts.grace, opts.handle_signals, relaunch ? opts.max_restarts : 0,
+                                  opts.restart_backoff},
+                *this),
         drain_timer(io_) {}
 
   // JobControl::Actions: this node's ranks, by process group.
@@ -59,6 +67,9 @@ struct Supervisor::State : JobControl::Actions {
   void on_stopping(const env::JobEnd& cause) override {
     outcome.end = cause;
     observer.on_teardown(cause);
+  }
+  void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
+    observer.on_restart(attempt, cause, backoff);
   }
 
   void read(Rank& r, Stream stream) {
@@ -116,39 +127,41 @@ struct Supervisor::State : JobControl::Actions {
     if (running > 0 || open_pipes > 0 || finished) return;
     finished = true;
     drain_timer.cancel();
+    AttemptOutcome attempt{control.attempt(), outcome.end, {}, attempt_started, Clock::now(), outcome.spawn_error};
+    for (auto& r : ranks) attempt.ranks.push_back(r->record);
+    outcome.attempts.push_back(attempt);
+    control.attempt_over([this](bool again) {
+      if (again)
+        restart();
+      else
+        finish_run();
+    });
+  }
+
+  void finish_run() {
     control.finish();
     outcome.ended = Clock::now();
-    for (auto& r : ranks) outcome.ranks.push_back(r->record);
+    outcome.ranks = outcome.attempts.back().ranks;
     if (on_finished) asio::post(io, [this] { on_finished(outcome); });
   }
+
+  // The failed attempt is torn down and the backoff is over: the whole group again.
+  void restart() {
+    finished = false;
+    for (auto& r : ranks) retired.push_back(std::move(r));
+    ranks.clear();
+    outcome.end = {};
+    outcome.spawn_error.clear();
+    observer.on_attempt_started(control.attempt());
+    spawn(relaunch(control.attempt()));
+  }
+
+  void spawn(const std::vector<RankLaunch>& launches);
 };
 
-Supervisor::Supervisor(asio::io_context& io, JobObserver& observer, SupervisorOptions options)
-    : state_(std::make_unique<State>(io, observer, options)) {}
-
-Supervisor::~Supervisor() = default;
-
-JobOutcome Supervisor::run(const std::vector<RankLaunch>& launches) {
-  auto& s = *state_;
-  start(launches, nullptr);
-  s.io.run();
-  s.io.restart();
-  return s.outcome;
-}
-
-void Supervisor::stop(const env::JobEnd& cause, int sig) {
-  if (!state_->finished) state_->control.stop(cause, sig);
-}
-
-void Supervisor::forward(int sig) { state_->forward_signal(sig); }
-
-void Supervisor::kill() { state_->control.kill(); }
-
-void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<void(const JobOutcome&)> on_finished) {
-  auto& s = *state_;
-  s.on_finished = std::move(on_finished);
-  s.outcome.started = Clock::now();
-  s.control.watch_signals();
+void Supervisor::State::spawn(const std::vector<RankLaunch>& launches) {
+  auto& s = *this;
+  s.attempt_started = Clock::now();
   for (const auto& launch : launches) {
     auto rank = std::make_unique<State::Rank>();
     rank->record.rank = launch.rank;
@@ -180,6 +193,35 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
   }
   s.control.start();
   s.maybe_finish();
+}
+
+Supervisor::Supervisor(asio::io_context& io, JobObserver& observer, SupervisorOptions options)
+    : state_(std::make_unique<State>(io, observer, options)) {}
+
+Supervisor::~Supervisor() = default;
+
+JobOutcome Supervisor::run(const std::vector<RankLaunch>& launches) {
+  auto& s = *state_;
+  start(launches, nullptr);
+  s.io.run();
+  s.io.restart();
+  return s.outcome;
+}
+
+void Supervisor::stop(const env::JobEnd& cause, int sig) {
+  if (!state_->finished) state_->control.stop(cause, sig);
+}
+
+void Supervisor::forward(int sig) { state_->forward_signal(sig); }
+
+void Supervisor::kill() { state_->control.kill(); }
+
+void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<void(const JobOutcome&)> on_finished) {
+  auto& s = *state_;
+  s.on_finished = std::move(on_finished);
+  s.outcome.started = Clock::now();
+  s.control.watch_signals();
+  s.spawn(launches);
 }
 
 }  // namespace sgpu::launcher

@@ -116,3 +116,19 @@ TEST_CASE("launcher::format_status") {
   CHECK(format_status(s) ==
         "sgpu: stopping (timed out): 6 running, 2 exited (1 failed) of 8 | 0:01:23 elapsed | 2:58:37 left");
 }
+
+TEST_CASE("launcher::restart_line") {
+  sgpu::env::JobEnd end;
+  end.kind = sgpu::env::JobEnd::Kind::RankFailed;
+  end.rank = 1;
+  end.status = sgpu::env::ExitStatus::exited(3);
+  SUBCASE("the attempt that ended, its cause, which restart and the wait") {
+    CHECK(restart_line(1, 2, end, sgpu::env::Seconds{1}) ==
+          "sgpu: attempt 0 ended: rank 1 failed first: exit 3 (exit code 3); restart 1 of 2 in 1s\n");
+  }
+  SUBCASE("a signal and a long wait") {
+    end.status = sgpu::env::ExitStatus::killed(9);
+    CHECK(restart_line(3, 5, end, sgpu::env::Seconds{60}) ==
+          "sgpu: attempt 2 ended: rank 1 failed first: SIGKILL (signal 9) (exit code 137); restart 3 of 5 in 1m\n");
+  }
+}

@@ -152,8 +152,21 @@ TEST_CASE("launcher::run_log events") {
   JobEnd end;
   end.kind = JobEnd::Kind::Interrupted;
   end.signal = 2;
-  CHECK(teardown_event(end) == json{{"event", "teardown"}, {"reason", "interrupted"}, {"signal", "SIGINT"}});
+  CHECK(teardown_event(end) ==
+        json{{"event", "teardown"}, {"attempt", 0}, {"reason", "interrupted"}, {"signal", "SIGINT"}});
   end.kind = JobEnd::Kind::RankFailed;
   end.rank = 4;
-  CHECK(teardown_event(end) == json{{"event", "teardown"}, {"reason", "rank_failed"}, {"rank", 4}});
+  CHECK(teardown_event(end, 2) == json{{"event", "teardown"}, {"attempt", 2}, {"reason", "rank_failed"}, {"rank", 4}});
+  SUBCASE("a restart: the attempt to come, how the last ended, the wait") {
+    end.status = ExitStatus::exited(3);
+    CHECK(restart_event(1, end, sgpu::env::Seconds{0.5}) == json{{"event", "restart"},
+                                                                 {"attempt", 1},
+                                                                 {"after", "rank_failed"},
+                                                                 {"exit_code", 3},
+                                                                 {"rank", 4},
+                                                                 {"backoff_s", 0.5}});
+  }
+  SUBCASE("a rank's events carry their attempt") {
+    CHECK(rank_exited_event(0, "n1", 5, ExitStatus::exited(0), false, 1, 3)["attempt"] == 3);
+  }
 }

@@ -45,12 +45,28 @@ class LocalBackend : public Backend {
       fmt::print(stderr,
                  "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "
                  "set OMP_NUM_THREADS to tune it\n");
-    std::vector<RankLaunch> launches;
-    for (const auto& r : plan.ranks) launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd});
+    auto launches_of = [](const LaunchPlan& p) {
+      std::vector<RankLaunch> launches;
+      for (const auto& r : p.ranks) launches.push_back({r.place.rank, p.executable, p.argv, r.env, p.cwd});
+      return launches;
+    };
     boost::asio::io_context io(1);
     auto& observer = observe(io, plan);
-    Supervisor supervisor(io, observer, {plan.timeout, plan.grace});
-    return {supervisor.run(launches), {}};
+    SupervisorOptions options{plan.timeout, plan.grace};
+    options.max_restarts = plan.max_restarts;
+    options.restart_backoff = plan.restart_backoff;
+    if (plan.max_restarts > 0) {
+      // Each attempt gets its own MASTER_PORT (the new one is reserved
+      // before the old is let go, so they differ) unless --master-port fixed it.
+      options.relaunch = [&, launches_of](int attempt) {
+        if (!spec.master_port) port = rendezvous::PortReservation(0);
+        in.master_port = port.port();
+        in.restart_count = attempt;
+        return launches_of(make_plan(spec, in));
+      };
+    }
+    Supervisor supervisor(io, observer, options);
+    return {supervisor.run(launches_of(plan)), {}};
   }
 
  private:

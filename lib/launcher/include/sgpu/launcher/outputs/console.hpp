@@ -52,8 +52,12 @@ struct ConsoleOptions {
   std::vector<int> ranks;           // ranks shown; empty: all
   std::optional<int> raw_rank;      // only this rank, its bytes untouched
   bool timestamps = false;
+  int max_restarts = 0;                     // for "restart 1 of 3"
   std::array<bool, 2> color{false, false};  // per Stream: that fd is a terminal and colour is allowed
 };
+
+// "sgpu: attempt 0 ended: rank 1 failed first: exit 3 (exit code 3); restart 1 of 2 in 1s\n" (pure).
+std::string restart_line(int attempt, int max_restarts, const env::JobEnd& cause, env::Seconds backoff);
 
 class ConsolePrinter : public JobObserver {
  public:
@@ -61,6 +65,8 @@ class ConsolePrinter : public JobObserver {
 
   void on_rank_output(int rank, Stream stream, std::string_view bytes) override;
   void on_rank_output_closed(int rank, Stream stream) override;
+  // One line on stderr per restart: which attempt, why, and the wait.
+  void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
 
  private:
   bool shown(int rank) const;

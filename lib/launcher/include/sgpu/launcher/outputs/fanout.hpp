@@ -27,6 +27,12 @@ class FanOut : public JobObserver {
   void on_teardown(const env::JobEnd& cause) override {
     for (auto* o : observers_) o->on_teardown(cause);
   }
+  void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
+    for (auto* o : observers_) o->on_restart(attempt, cause, backoff);
+  }
+  void on_attempt_started(int attempt) override {
+    for (auto* o : observers_) o->on_attempt_started(attempt);
+  }
 
  private:
   std::vector<JobObserver*> observers_;

@@ -40,6 +40,17 @@ struct RootCause {
   std::optional<ErrorFileRecord> record;  // the rank's error file, when it wrote one
 };
 
+// One attempt of a run with restarts: how it ended and why.
+struct AttemptReport {
+  int attempt = 0;
+  env::JobEnd end;
+  int exit_code = 0;
+  Clock::time_point started{};
+  Clock::time_point ended{};
+  std::vector<RankReport> ranks;  // its ranks' pids and endings (results are the last attempt's only)
+  std::optional<RootCause> root_cause;
+};
+
 struct RunReport {
   std::string run_id;
   std::string run_dir;
@@ -50,7 +61,8 @@ struct RunReport {
   std::optional<env::Seconds> timeout;
   std::vector<RankReport> ranks;  // every rank of the job, in rank order
   std::optional<RootCause> root_cause;
-  std::vector<std::string> warnings;  // e.g. a log file that could not be written in full
+  std::vector<AttemptReport> attempts;  // every attempt in order; the last is the run's own
+  std::vector<std::string> warnings;    // e.g. a log file that could not be written in full
 };
 
 // "ok", "failed", "terminated_by_sgpu", "not_started", "lost" (started on a

@@ -2,8 +2,13 @@
 // The run directory's record of a job as it happens: every byte each rank
 // writes, in ranks/<r>/stdout and ranks/<r>/stderr (the console may filter or
 // cut; these never do), and events.jsonl, an append-only stream of JSON
-// lines (run_started, rank_started, rank_exited, teardown, run_finished) that
-// a follower (`logs -f`), a tracker (MLflow) or a restart loop can read.
+// lines (run_started, rank_started, rank_exited, teardown, restart,
+// attempt_started, run_finished) that a follower (`logs -f`) or a tracker
+// (MLflow) can read.
+//
+// With restarts, each attempt's files move to ranks/<r>/attempt-<k>/ when the
+// next attempt starts; the newest attempt's stay in ranks/<r>/ (and are linked
+// into its attempt-<k>/ at the end, by keep_last_attempt).
 //
 // Every event carries "ts" (UTC), "event", and where it concerns a rank
 // "rank", "host" and "attempt" (the restart count), so multi-node runs and
@@ -20,8 +25,13 @@ namespace sgpu::launcher {
 
 // The JSON of one event line, less "ts" (pure; see rank_exited_event's keys in README).
 nlohmann::ordered_json rank_exited_event(int rank, const std::string& host, int pid, const env::ExitStatus& status,
-                                         bool terminated_by_sgpu, double duration_s);
-nlohmann::ordered_json teardown_event(const env::JobEnd& cause);
+                                         bool terminated_by_sgpu, double duration_s, int attempt = 0);
+nlohmann::ordered_json teardown_event(const env::JobEnd& cause, int attempt = 0);
+// Attempt `attempt` follows the one that ended for `cause`, after `backoff`.
+nlohmann::ordered_json restart_event(int attempt, const env::JobEnd& cause, env::Seconds backoff);
+
+// "ranks/<r>/attempt-<k>": where attempt k's files of rank r are kept.
+std::string attempt_dir(const std::string& run_dir, int rank, int attempt);
 
 class RunLog : public JobObserver {
  public:
@@ -33,7 +43,11 @@ class RunLog : public JobObserver {
   void on_rank_output(int rank, Stream stream, std::string_view bytes) override;
   void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;
   void on_teardown(const env::JobEnd& cause) override;
+  void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
+  void on_attempt_started(int attempt) override;
 
+  // After a run with restarts: the last attempt's files also in its attempt-<k>/.
+  void keep_last_attempt();
   // Appends one line: `event` with "ts" first.
   void append_event(const nlohmann::ordered_json& event);
   // Files that could not be written in full ("ranks/2/stdout: No space left on device").
@@ -44,8 +58,14 @@ class RunLog : public JobObserver {
  private:
   const std::string& host_of(int rank) const;
 
+  // Moves (or, with `link`, hard-links) every rank's files into attempt-<attempt>/.
+  void archive(int attempt, bool link);
+
+  std::string run_dir_;
   std::string host_;
   std::vector<std::string> rank_hosts_;
+  int attempt_ = 0;
+  std::vector<std::string> archive_errors_;
   std::vector<AppendFile> logs_;  // rank * 2 + stream
   std::vector<Clock::time_point> started_;
   std::vector<int> pids_;

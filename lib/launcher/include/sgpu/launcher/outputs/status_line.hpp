@@ -37,6 +37,8 @@ class StatusLine : public JobObserver {
   void on_rank_started(int rank, int pid) override;
   void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;
   void on_teardown(const env::JobEnd& cause) override;
+  // A new attempt counts its ranks afresh; the clock (and the time left) is the whole run's.
+  void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
 
  private:
   void draw();
@@ -50,6 +52,7 @@ class StatusLine : public JobObserver {
   StatusSnapshot snapshot_;
   int started_ranks_ = 0;
   bool ticking_ = false;
+  bool clock_started_ = false;
   bool shown_ = false;  // a job shorter than a tick never shows a status line
   bool torn_down_ = false;
 };

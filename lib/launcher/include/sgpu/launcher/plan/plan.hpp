@@ -34,6 +34,8 @@ struct LaunchPlan {
   int master_port = 0;
   std::optional<env::Seconds> timeout;
   env::Seconds grace{30};
+  int max_restarts = 0;
+  env::Seconds restart_backoff{1};
   bool omp_defaulted = false;
 };
 
@@ -46,6 +48,7 @@ struct PlanInputs {
   std::string executable;
   std::string cwd;
   int master_port = 0;
+  int restart_count = 0;    // which attempt this plan starts (TORCHELASTIC_RESTART_COUNT)
   int node_rank = 0;        // which of spec.nodes this plan is for
   int nnodes = 0;           // the job's node count once a rendezvous has placed it; 0: spec.nodes
   std::string master_addr;  // "" means spec.rendezvous.master_addr, else 127.0.0.1

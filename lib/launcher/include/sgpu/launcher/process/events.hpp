@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sgpu/env/duration.hpp"
 #include "sgpu/env/exit_code.hpp"
 
 namespace sgpu::launcher {
@@ -37,6 +38,12 @@ class JobObserver {
   virtual void on_rank_exited(int /*rank*/, const env::ExitStatus& /*status*/, bool /*terminated_by_sgpu*/) {}
   // The first reason to stop the job: a rank failed, the timeout, a signal.
   virtual void on_teardown(const env::JobEnd& /*cause*/) {}
+  // Restarts (--max-restarts): the attempt that ended for `cause` (its
+  // teardown done) is followed by attempt `attempt` (1 for the first
+  // restart) once `backoff` has passed.
+  virtual void on_restart(int /*attempt*/, const env::JobEnd& /*cause*/, env::Seconds /*backoff*/) {}
+  // Attempt `attempt` (> 0) starts its ranks now; rank events that follow are its.
+  virtual void on_attempt_started(int /*attempt*/) {}
 };
 
 }  // namespace sgpu::launcher

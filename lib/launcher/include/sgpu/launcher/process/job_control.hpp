@@ -6,6 +6,13 @@
 // at once on a second SIGINT/SIGTERM/SIGHUP. SIGUSR1/SIGUSR2 pass through as
 // they are. What "everything" is belongs to the caller (process groups on
 // this node, or every node through the rendezvous): it implements Actions.
+//
+// With restarts (max_restarts > 0) it also decides, once an attempt's
+// teardown is over, whether the group starts again: only for a restartable
+// end (env::restartable) with restarts left, after a backoff on the loop.
+// The timeout covers every attempt together; the timeout or a signal during
+// a restartable teardown or the backoff ends the run for good.
+#include <functional>
 #include <optional>
 
 #include <boost/asio/io_context.hpp>
@@ -23,6 +30,8 @@ struct JobControlOptions {
   // Off when something else on the loop owns SIGINT/SIGTERM/SIGHUP (a node
   // agent inside the launcher's process obeys the launcher instead).
   bool handle_signals = true;
+  int max_restarts = 0;
+  env::Seconds restart_backoff{1};  // before the first restart; doubled each time (env::restart_backoff)
 };
 
 class JobControl {
@@ -41,6 +50,8 @@ class JobControl {
     // A SIGINT/SIGTERM/SIGHUP before start(): the caller ends its own way
     // (a rendezvous still waiting for nodes aborts). Default: ignored.
     virtual void on_signal_before_start(int /*sig*/) {}
+    // Attempt `attempt` will start after `backoff` (observers hear of it here).
+    virtual void on_restart(int /*attempt*/, const env::JobEnd& /*cause*/, env::Seconds /*backoff*/) {}
   };
 
   JobControl(boost::asio::io_context& io, JobControlOptions options, Actions& actions);
@@ -59,24 +70,39 @@ class JobControl {
   void kill();
   // Nothing is left running: no grace or timeout is needed any more.
   void all_exited();
+  // The attempt's teardown is over (nothing runs). `then(true)`: start the
+  // group again (attempt() is the new one), after the backoff; `then(false)`:
+  // the run is over, end() says why. Called on the loop, never from inside.
+  void attempt_over(std::function<void(bool again)> then);
   // The job is over: timers and signal handlers are released.
   void finish();
 
   bool stopping() const { return stopping_; }
   bool started() const { return started_; }
   const env::JobEnd& end() const { return end_; }
+  int attempt() const { return attempt_; }
 
  private:
   void arm_signals();
+  // A cause that arrives while a restartable end is being torn down or
+  // waited out: the run ends for good with it.
+  void end_for_good(const env::JobEnd& cause, int sig);
+  bool will_restart(const env::JobEnd& cause) const;
 
   JobControlOptions options_;
   Actions& actions_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer timeout_timer_;
   boost::asio::steady_timer grace_timer_;
+  boost::asio::steady_timer backoff_timer_;
   env::JobEnd end_;
+  std::function<void(bool)> pending_;  // attempt_over's continuation, during the backoff
+  int attempt_ = 0;
   bool started_ = false;
+  bool timeout_armed_ = false;
   bool stopping_ = false;
+  bool final_ = false;  // stopping_, and no restart will follow
+  bool in_backoff_ = false;
   bool finished_ = false;
 };
 

@@ -3,6 +3,8 @@
 // output pipes, signals, the job timeout and the teardown grace timer. The
 // first failure, the timeout or a signal tears every rank down: SIGTERM (or
 // the signal received) to each rank's process group, SIGKILL after the grace.
+// With restarts, once a failed attempt's teardown is over and JobControl says
+// so, it starts the whole group again with the launches `relaunch` gives.
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -24,6 +26,11 @@ struct SupervisorOptions {
   // Off when something else on the loop owns SIGINT/SIGTERM/SIGHUP (the
   // multi-node launcher) and drives stop()/forward() itself.
   bool handle_signals = true;
+  // --max-restarts: `relaunch(k)` gives attempt k's ranks (a new MASTER_PORT,
+  // TORCHELASTIC_RESTART_COUNT=k). Without it there are no restarts.
+  int max_restarts = 0;
+  env::Seconds restart_backoff{1};
+  std::function<std::vector<RankLaunch>(int attempt)> relaunch{};
 };
 
 struct RankRecord {
@@ -35,7 +42,19 @@ struct RankRecord {
   Clock::time_point ended{};
 };
 
+// One attempt of a run (there is one without restarts).
+struct AttemptOutcome {
+  int attempt = 0;
+  env::JobEnd end;  // how this attempt ended
+  int exit_code() const { return env::job_exit_code(end); }
+  std::vector<RankRecord> ranks;
+  Clock::time_point started{};
+  Clock::time_point ended{};
+  std::string spawn_error;
+};
+
 struct JobOutcome {
+  // The run's end: the last attempt's, or what ended the run during a backoff.
   env::JobEnd end;
   // sgpu's exit code: always derived from the recorded end, never stored.
   int exit_code() const { return env::job_exit_code(end); }
@@ -43,6 +62,9 @@ struct JobOutcome {
   Clock::time_point started{};
   Clock::time_point ended{};
   std::string spawn_error;  // for JobEnd::Kind::SpawnFailed: what could not be started
+  // Every attempt in order, the last one's ranks also in `ranks`; empty from
+  // callers that do not restart (a multi-node run): one attempt, the run itself.
+  std::vector<AttemptOutcome> attempts;
 };
 
 class Supervisor {

@@ -75,8 +75,10 @@ struct JobSpec {
   std::optional<int> master_port;  // nullopt: a reserved free port
   std::string timeout = "3h";
   std::string grace = "30s";
-  std::string log_dir;   // "" means $SGPU_HOME/runs
-  env::Environment env;  // variables for every rank
+  int max_restarts = 0;                // restarts of the whole group after a rank fails
+  std::string restart_backoff = "1s";  // before the first restart, doubled each time, at most 60s
+  std::string log_dir;                 // "" means $SGPU_HOME/runs
+  env::Environment env;                // variables for every rank
   SshSpec ssh;
   SlurmSpec slurm;
   RendezvousSpec rendezvous;
