@@ -14,6 +14,7 @@
 #include "sgpu/launcher/outputs/console_sink.hpp"
 #include "sgpu/launcher/outputs/error_file.hpp"
 #include "sgpu/launcher/outputs/fanout.hpp"
+#include "sgpu/launcher/outputs/json_depth.hpp"
 #include "sgpu/launcher/outputs/report.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
@@ -137,10 +138,15 @@ struct JobOutputs::Impl {
       RankReport rank;
       rank.rank = r.place.rank;
       rank.host = r.host.empty() ? host : r.host;
-      auto result = read_file(r.files.result_file, kResultLimit + 1);
-      if (result && result->size() > kResultLimit) {
-        report.warnings.push_back(fmt::format("{}: over {} MiB, left out of the summary (result null)",
-                                              r.files.result_file, kResultLimit >> 20));
+      std::string problem;
+      auto result = read_file(r.files.result_file, kResultLimit + 1, false, &problem);
+      if (result && result->size() > kResultLimit)
+        problem = fmt::format("over {} MiB", kResultLimit >> 20);
+      else if (result && json_nesting_depth(*result) > kMaxRankJsonDepth)
+        problem = fmt::format("JSON nested deeper than {} levels", kMaxRankJsonDepth);
+      if (!problem.empty()) {
+        report.warnings.push_back(
+            fmt::format("{}: {}, left out of the summary (result null)", r.files.result_file, problem));
         result.reset();
       }
       rank.result = parse_result(result);
@@ -154,12 +160,13 @@ struct JobOutputs::Impl {
       rank.started = rec.started;
       rank.ended = rec.ended;
     }
-    report.root_cause = root_cause(report, outcome);
+    report.root_cause = root_cause(report, outcome, report.warnings);
     for (auto& w : run_log.write_errors()) report.warnings.push_back(std::move(w));
     return report;
   }
 
-  std::optional<RootCause> root_cause(const RunReport& report, const JobOutcome& outcome) const {
+  std::optional<RootCause> root_cause(const RunReport& report, const JobOutcome& outcome,
+                                      std::vector<std::string>& warnings) const {
     using Kind = env::JobEnd::Kind;
     RootCause cause;
     cause.kind = outcome.end.kind;
@@ -188,7 +195,14 @@ struct JobOutputs::Impl {
     const auto& rank = report.ranks.at(static_cast<std::size_t>(cause.rank));
     cause.message = failure_message(rank.rank, rank.host, rank.pid, outcome.end.status);
     const auto& files = plan.ranks.at(static_cast<std::size_t>(cause.rank)).files;
-    if (auto text = read_file(files.error_file, kErrorFileLimit)) cause.record = parse_error_file(*text);
+    std::string problem;
+    if (auto text = read_file(files.error_file, kErrorFileLimit, false, &problem)) {
+      if (json_nesting_depth(*text) > kMaxRankJsonDepth)
+        problem = fmt::format("JSON nested deeper than {} levels", kMaxRankJsonDepth);
+      else
+        cause.record = parse_error_file(*text);
+    }
+    if (!problem.empty()) warnings.push_back(fmt::format("{}: {}, not read (error file)", files.error_file, problem));
     if (cause.record && !(cause.record->message.empty() && cause.record->traceback.empty())) {
       if (!cause.record->message.empty()) cause.message += ": " + cause.record->message;
       cause.details = cause.record->traceback.empty() ? cause.record->message : cause.record->traceback;

@@ -2,6 +2,7 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/launcher/outputs/json_depth.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
 
@@ -34,7 +35,7 @@ json root_cause_json(const RunReport& report) {
 }  // namespace
 
 json parse_result(const std::optional<std::string>& content) {
-  if (!content) return nullptr;
+  if (!content || json_nesting_depth(*content) > kMaxRankJsonDepth) return nullptr;
   auto doc = json::parse(*content, nullptr, false);
   if (!doc.is_discarded()) return doc;
   std::string text = *content;

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include "sgpu/launcher/outputs/json_depth.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
 
@@ -26,10 +27,38 @@ TEST_CASE("launcher::parse_result") {
       {"text keeps inner newlines", "a\nb\n\n", "a\nb\n"},
       {"broken JSON is text", "{\"a\": ", "{\"a\": "},
       {"empty file", "", ""},
+      {"65 levels are left out, not parsed", std::string(65, '[') + std::string(65, ']'), nullptr},
+      {"50000 levels are left out, not parsed", std::string(50000, '[') + std::string(50000, ']'), nullptr},
   };
   for (const auto& row : rows) {
     CAPTURE(row.what);
     CHECK(parse_result(row.content) == row.result);
+  }
+  SUBCASE("64 levels are kept") {
+    auto text = std::string(64, '[') + std::string(64, ']');
+    CHECK(parse_result(text).dump() == text);
+  }
+}
+
+TEST_CASE("launcher::json_nesting_depth") {
+  struct Row {
+    const char* what;
+    std::string text;
+    std::size_t depth;
+  };
+  const Row rows[] = {
+      {"a scalar", "42", 0},
+      {"an empty object", "{}", 1},
+      {"mixed", R"({"a": [1, {"b": [[]]}]})", 5},
+      {"brackets in strings do not count", R"({"a": "[[[[{{{"})", 1},
+      {"an escaped quote stays in the string", R"(["\"[[[["])", 1},
+      {"an escaped backslash ends before the quote", R"(["\\", [[]]])", 3},
+      {"unbalanced closers do not go below zero", "]]]][", 1},
+      {"counting stops past the limit", std::string(50000, '['), kMaxRankJsonDepth + 1},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.what);
+    CHECK(json_nesting_depth(row.text) == row.depth);
   }
 }
 

@@ -16,7 +16,8 @@ namespace sgpu::launcher {
 inline constexpr int kSummaryVersion = 1;
 
 // A rank's $SGPU_RESULT_FILE: its JSON when it is valid JSON, else the text
-// (less one trailing newline), null when the rank wrote none.
+// (less one trailing newline), null when the rank wrote none or nested it
+// deeper than kMaxRankJsonDepth.
 nlohmann::ordered_json parse_result(const std::optional<std::string>& content);
 
 // The job as it was run: entrypoint, argv, ranks, GPUs, port, limits, console options.
