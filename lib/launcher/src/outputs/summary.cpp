@@ -2,6 +2,7 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/env/secrets.hpp"
 #include "sgpu/launcher/outputs/json_depth.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
@@ -44,6 +45,9 @@ json parse_result(const std::optional<std::string>& content) {
 }
 
 json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
+  // spec.json and summary.json get copied into tickets like a dry run's output: masked the same way.
+  json environment = json::object();
+  for (const auto& [name, value] : spec.env) environment[name] = env::mask_secret(name, value);
   json gpus = json::array();
   for (const auto& g : plan.gpus)
     gpus.push_back({{"index", g.index}, {"name", g.name}, {"type", g.type}, {"uuid", g.uuid}});
@@ -66,7 +70,7 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"master_port", plan.master_port},
       {"timeout_s", seconds_or_null(plan.timeout)},
       {"grace_s", plan.grace.count()},
-      {"env", spec.env},
+      {"env", environment},
       {"run_id", plan.run_id},
       {"run_dir", plan.run_dir},
       {"console",

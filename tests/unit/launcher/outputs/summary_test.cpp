@@ -62,6 +62,17 @@ TEST_CASE("launcher::json_nesting_depth") {
   }
 }
 
+TEST_CASE("launcher::spec_json masks secrets as a dry run does") {
+  JobSpec spec;
+  spec.env = {{"WANDB_API_KEY", "abc123"}, {"DB_URL", "postgres://me:pw@db/x"}, {"EPOCHS", "3"}};
+  LaunchPlan plan;
+  auto doc = spec_json(spec, plan);
+  CHECK(doc["env"]["WANDB_API_KEY"] == "****");
+  CHECK(doc["env"]["DB_URL"] == "postgres://me:****@db/x");
+  CHECK(doc["env"]["EPOCHS"] == "3");
+  CHECK(doc.dump().find("abc123") == std::string::npos);
+}
+
 TEST_CASE("launcher::dump_json survives bytes that are not UTF-8") {
   json doc = {{"result", std::string("ok\xff\xfe")}};
   auto text = dump_json(doc, -1);
