@@ -196,6 +196,12 @@ Command add_launch_command(CLI::App& app) {
   auto flags = std::make_shared<LaunchFlags>();
   auto* cmd = app.add_subcommand("launch", "Run an entrypoint on N ranks with the torchrun environment");
   cmd->prefix_command();  // the first positional starts the job's own argv, passed untouched
+  cmd->footer(
+      "\nThe entrypoint comes after the options; everything after it goes to the job untouched:\n"
+      "  sgpu launch [OPTIONS] script.py [ARGS...]\n"
+      "  sgpu launch [OPTIONS] -m package.module [ARGS...]\n"
+      "  sgpu launch [OPTIONS] --no-python program [ARGS...]\n"
+      "'--' ends the options: sgpu launch --nproc 2 -- -script-with-dash.py");
   cmd->add_option("--config", flags->config, "TOML job spec (configs/ has examples); flags and --set override it");
   cmd->add_option("--set", flags->sets, "Override any spec key: --set resources.gpus=8 (repeatable)")
       ->allow_extra_args(false);
