@@ -123,8 +123,7 @@ int dry_run(launcher::ResolvedSpec& resolved, const LaunchFlags& f, const env::E
   in.inherited = inherited;
   in.cwd = cwd;
   in.config = f.config;
-  in.runs_root = resolved.spec.log_dir.empty() ? launcher::default_runs_root(inherited)
-                                               : std::filesystem::absolute(resolved.spec.log_dir).string();
+  in.runs_root = std::filesystem::absolute(launcher::runs_root(resolved.spec.log_dir, inherited)).string();
   try {
     in.executable = planned_program(resolved.spec, inherited, cwd);
   } catch (const Error& e) {
@@ -136,7 +135,6 @@ int dry_run(launcher::ResolvedSpec& resolved, const LaunchFlags& f, const env::E
 }
 
 int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
-  check_entrypoint_words(rest);
   if (f.max_restarts != 0)
     throw Error(
         fmt::format("--max-restarts {}: restarts are not available yet; sgpu reports the first "
@@ -169,7 +167,7 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   in.run_id = launcher::make_run_id();
   rendezvous::PortReservation port(spec.master_port.value_or(0));
   in.master_port = port.port();
-  std::string root = spec.log_dir.empty() ? launcher::default_runs_root(inherited) : spec.log_dir;
+  std::string root = launcher::runs_root(spec.log_dir, inherited);
   // Validate the whole plan before touching the disk.
   in.run_dir = (std::filesystem::absolute(root) / in.run_id).string();
   auto plan = launcher::make_plan(spec, in);
@@ -233,6 +231,7 @@ Command add_launch_command(CLI::App& app) {
     // "--" ends sgpu's options when it comes before the entrypoint; after the
     // entrypoint it is one of the job's own arguments.
     auto words = cmd->remaining();
+    check_entrypoint_words(words);  // only before "--": after it, "-prog" is the entrypoint
     if (tail) {
       if (!words.empty()) words.emplace_back("--");
       words.insert(words.end(), tail->begin(), tail->end());
