@@ -46,6 +46,7 @@ bool is_ssh_control_master(std::string_view cmdline) {
 std::vector<KilledOrphan> kill_adopted_orphans() {
   std::vector<KilledOrphan> killed;
   std::set<pid_t> spared;
+  const pid_t own_session = ::getsid(0);
   // Each round kills the orphans there are; what they leave re-parents to sgpu
   // for the next round. A bound, so that a fork bomb cannot hold sgpu forever.
   for (int round = 0; round < 64; ++round) {
@@ -53,7 +54,9 @@ std::vector<KilledOrphan> kill_adopted_orphans() {
     for (pid_t pid : children()) {
       if (spared.contains(pid)) continue;
       auto proc = fs::path("/proc") / std::to_string(pid);
-      if (is_ssh_control_master(read_small(proc / "cmdline"))) {
+      // In sgpu's own session: a child sgpu started itself and let go on purpose (salloc releasing its
+      // allocation). Ranks run in sessions of their own, so what they leave is never in this one.
+      if (::getsid(pid) == own_session || is_ssh_control_master(read_small(proc / "cmdline"))) {
         spared.insert(pid);
         continue;
       }

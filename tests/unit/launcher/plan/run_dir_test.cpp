@@ -14,8 +14,12 @@ TEST_CASE("launcher::expand_home") {
     const char* expanded;
   };
   const Row rows[] = {
-      {"~", "/home/u"},         {"~/x", "/home/u/x"}, {"~/a b/c", "/home/u/a b/c"},
-      {"/abs/~/x", "/abs/~/x"}, {"rel/x", "rel/x"},   {"~other/x", "~other/x"},
+      {"~", "/home/u"},
+      {"~/x", "/home/u/x"},
+      {"~/a b/c", "/home/u/a b/c"},
+      {"/abs/~/x", "/abs/~/x"},
+      {"rel/x", "rel/x"},
+      {"~other/x", "~other/x"},
       {"", ""},
   };
   for (const auto& row : rows) {

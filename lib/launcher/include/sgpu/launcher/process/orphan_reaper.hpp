@@ -4,8 +4,11 @@
 // subreaper" of its descendants at start (PR_SET_CHILD_SUBREAPER): a process
 // whose parent exits is then re-parented to sgpu instead of to init. When the
 // job is over and sgpu has reaped every child it started itself, each child
-// still there is such an adopted orphan; sgpu kills and reaps it, and again
-// for what re-parents when those die, until none is left.
+// still in another session than sgpu's is such an adopted orphan (ranks run in
+// sessions of their own, so all they start is outside sgpu's; what sgpu starts
+// itself stays in its session, e.g. a salloc left to release its allocation);
+// sgpu kills and reaps it, and again for what re-parents when those die,
+// until none is left.
 //
 // The limit: a SIGKILLed sgpu cannot do this, so its adopted orphans move on
 // to init (the ranks' own process groups are still killed by OrphanGuard).
@@ -27,9 +30,9 @@ struct KilledOrphan {
   std::string command;  // its /proc comm, e.g. "sleep"
 };
 
-// Kills (SIGKILL) and reaps every child of this process, repeatedly, as long as
-// new ones appear (bounded). Call it only when sgpu started no child that is
-// still meant to run.
+// Kills (SIGKILL) and reaps every child of this process outside its session,
+// repeatedly, as long as new ones appear (bounded). Call it when the job is
+// over.
 std::vector<KilledOrphan> kill_adopted_orphans();
 
 // Whether a /proc cmdline (NUL-separated) is an ssh ControlPersist master.
