@@ -88,7 +88,6 @@ launcher::ResolvedSpec resolve(const LaunchFlags& f, const std::vector<std::stri
 }
 
 int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
-  check_entrypoint_words(rest);
   launcher::LaunchRequest request;
   request.inherited = env::current_environment();
   request.resolved = resolve(f, rest, request.inherited);
@@ -107,6 +106,12 @@ Command add_launch_command(CLI::App& app) {
   auto flags = std::make_shared<LaunchFlags>();
   auto* cmd = app.add_subcommand("launch", "Run an entrypoint on N ranks with the torchrun environment");
   cmd->prefix_command();  // the first positional starts the job's own argv, passed untouched
+  cmd->footer(
+      "\nThe entrypoint comes after the options; everything after it goes to the job untouched:\n"
+      "  sgpu launch [OPTIONS] script.py [ARGS...]\n"
+      "  sgpu launch [OPTIONS] -m package.module [ARGS...]\n"
+      "  sgpu launch [OPTIONS] --no-python program [ARGS...]\n"
+      "'--' ends the options: sgpu launch --nproc 2 -- -script-with-dash.py");
   cmd->add_option("--config", flags->config, "TOML job spec (configs/ has examples); flags and --set override it");
   cmd->add_option("--set", flags->sets, "Override any spec key: --set resources.gpus=8 (repeatable)")
       ->allow_extra_args(false);
@@ -137,6 +142,7 @@ Command add_launch_command(CLI::App& app) {
     // "--" ends sgpu's options when it comes before the entrypoint; after the
     // entrypoint it is one of the job's own arguments.
     auto words = cmd->remaining();
+    check_entrypoint_words(words);  // only before "--": after it, "-prog" is the entrypoint
     if (tail) {
       if (!words.empty()) words.emplace_back("--");
       words.insert(words.end(), tail->begin(), tail->end());

@@ -31,9 +31,7 @@ constexpr int kExitWaitTimedOut = 75;
 struct Common {
   std::string log_dir;
   std::string format = "text";
-  std::string root() const {
-    return log_dir.empty() ? launcher::default_runs_root(env::current_environment()) : log_dir;
-  }
+  std::string root() const { return launcher::runs_root(log_dir, env::current_environment()); }
   bool json() const { return format == "json"; }
 };
 

@@ -7,8 +7,12 @@
 
 #include "commands.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/process/orphan_reaper.hpp"
+#include "startup.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_command(int argc, char** argv) {
   CLI::App app{"sgpu: launch distributed training on N GPUs of this node or of remote nodes", "sgpu"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sgpu 0.1.0");
@@ -18,6 +22,7 @@ int main(int argc, char** argv) {
   auto doctor = sgpu::app::add_doctor_command(app);
   auto run_commands = sgpu::app::add_run_commands(app);
   try {
+    sgpu::app::check_command_word(app, argc, argv);
     sgpu::app::DashTail tail;
     int head = argc;
     for (int i = 1; i < argc; ++i) {
@@ -48,4 +53,16 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "sgpu: error: {}\n", e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sgpu::app::open_standard_fds();  // first: before anything takes descriptor 0, 1 or 2
+  sgpu::launcher::become_subreaper();
+  int code = run_command(argc, argv);
+  for (const auto& orphan : sgpu::launcher::kill_adopted_orphans())
+    fmt::print(stderr, "sgpu: warning: killed pid {} ({}), left running by a rank outside its process group\n",
+               orphan.pid, orphan.command);
+  return code;
 }

@@ -11,7 +11,8 @@ std::vector<std::string> build_argv(const Entrypoint& entry, const std::string& 
   std::vector<std::string> argv;
   switch (entry.kind) {
     case Entrypoint::Kind::Script:
-      argv = {python, "-u", entry.target};
+      // Python would read a script named "-x.py" as one of its own options.
+      argv = {python, "-u", entry.target.starts_with("-") ? "./" + entry.target : entry.target};
       break;
     case Entrypoint::Kind::Module:
       argv = {python, "-u", "-m", entry.target};

@@ -53,7 +53,8 @@ std::optional<Seconds> parse_duration(std::string_view text, std::string_view wh
     any_unit = true;
     total += value * factor;
   }
-  if (!std::isfinite(total)) bad(text, what, "it is too large");
+  if (!std::isfinite(total) || total > kMaxDuration.count())
+    bad(text, what, fmt::format("it is too large (at most {}d)", kMaxDuration.count() / 86400));
   if (total <= 0) bad(text, what, "it must be greater than zero (use 'none' for no limit)");
   return Seconds(total);
 }

@@ -16,6 +16,8 @@ TEST_CASE("env::build_argv") {
       {{K::Module, "pkg.train", {"-x"}}, {"/usr/bin/python3", "-u", "-m", "pkg.train", "-x"}},
       {{K::Executable, "/bin/echo", {"a b", "$(x)"}}, {"/bin/echo", "a b", "$(x)"}},
       {{K::Script, "t.py", {}}, {"/usr/bin/python3", "-u", "t.py"}},
+      {{K::Script, "-dash.py", {"-v"}}, {"/usr/bin/python3", "-u", "./-dash.py", "-v"}},
+      {{K::Executable, "-dash", {}}, {"-dash"}},
   };
   for (const auto& row : rows) CHECK(build_argv(row.e, "/usr/bin/python3") == row.argv);
 }

@@ -1,3 +1,5 @@
+#include <string>
+
 #include <doctest/doctest.h>
 
 #include "sgpu/env/duration.hpp"
@@ -21,6 +23,24 @@ TEST_CASE("env::parse_duration") {
     auto d = parse_duration(row.text, "--timeout");
     REQUIRE(d.has_value());
     CHECK(d->count() == doctest::Approx(row.seconds));
+  }
+  SUBCASE("a limit up to 365 days is accepted") {
+    CHECK(parse_duration("365d", "--timeout")->count() == doctest::Approx(365.0 * 86400));
+    CHECK(parse_duration("8760h", "--grace")->count() == doctest::Approx(365.0 * 86400));
+  }
+  SUBCASE("a limit beyond 365 days is refused, not wrapped to a negative timer") {
+    const char* huge[] = {"99999999999", "3000000h", "366d", "8760h1s",
+                          "99999999999999999999999999999999999999999999999999999999999999999999999999999999"};
+    for (const char* text : huge) {
+      CAPTURE(text);
+      try {
+        parse_duration(text, "--timeout");
+        FAIL("accepted");
+      } catch (const sgpu::Error& e) {
+        CHECK(std::string(e.what()).find("too large (at most 365d)") != std::string::npos);
+        CHECK(e.exit_code() == 2);
+      }
+    }
   }
   SUBCASE("none means no limit") { CHECK_FALSE(parse_duration("none", "--timeout").has_value()); }
   SUBCASE("bad input names the flag, the text and the valid forms") {

@@ -123,8 +123,7 @@ int dry_run(LaunchRequest request) {
     in.inherited = ctx.inherited;
     in.cwd = ctx.cwd;
     in.config = request.config;
-    in.runs_root = ctx.spec.log_dir.empty() ? default_runs_root(ctx.inherited)
-                                            : std::filesystem::absolute(ctx.spec.log_dir).string();
+    in.runs_root = std::filesystem::absolute(runs_root(ctx.spec.log_dir, ctx.inherited)).string();
     bool here = std::any_of(layout.nodes.begin(), layout.nodes.end(), [](const auto& n) { return n.gpus.has_value(); });
     if (here) {  // ranks run on this node: their program is looked up now
       in.executable = resolve_program(ctx.spec, ctx.inherited, ctx.cwd);

@@ -146,7 +146,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
         master_port.emplace(spec.master_port.value_or(0));
         ready.master_port = static_cast<std::uint32_t>(master_port->port());
       }
-      auto root = spec.log_dir.empty() ? default_runs_root(options.environment) : spec.log_dir;
+      auto root = runs_root(spec.log_dir, options.environment);
       run_dir = create_run_dir(root, run_id, local_ranks, static_cast<int>(a.rank_base));
     } catch (const Error& e) {
       fail_here(e);

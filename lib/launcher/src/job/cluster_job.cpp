@@ -95,7 +95,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     grace = *g;
     control = std::make_unique<JobControl>(io, JobControlOptions{timeout, grace, true}, *this);
     run_id = make_run_id();
-    auto root = spec.log_dir.empty() ? default_runs_root(inherited) : spec.log_dir;
+    auto root = runs_root(spec.log_dir, inherited);
     run_dir = create_run_dir(root, run_id, 0);
     rdzv::ServerOptions so;
     so.nnodes = static_cast<std::uint32_t>(options.nnodes);

@@ -1,5 +1,7 @@
 #include "sgpu/launcher/outputs/error_file.hpp"
 
+#include "sgpu/launcher/outputs/json_depth.hpp"
+
 #include <vector>
 
 namespace sgpu::launcher {
@@ -27,6 +29,7 @@ std::string as_text(const json& v) { return v.is_string() ? v.get<std::string>()
 }  // namespace
 
 std::optional<ErrorFileRecord> parse_error_file(std::string_view text) {
+  if (json_nesting_depth(text) > kMaxRankJsonDepth) return std::nullopt;
   auto doc = json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("message")) return std::nullopt;
   ErrorFileRecord rec;

@@ -15,6 +15,7 @@
 #include "sgpu/launcher/outputs/console_sink.hpp"
 #include "sgpu/launcher/outputs/error_file.hpp"
 #include "sgpu/launcher/outputs/fanout.hpp"
+#include "sgpu/launcher/outputs/json_depth.hpp"
 #include "sgpu/launcher/outputs/report.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
@@ -169,11 +170,16 @@ struct JobOutputs::Impl {
       RankReport rank;
       rank.rank = r.place.rank;
       rank.host = r.host.empty() ? host : r.host;
-      auto result = read_file(r.files.result_file, kResultLimit + 1);
+      std::string problem;
+      auto result = read_file(r.files.result_file, kResultLimit + 1, false, &problem);
+      if (result && result->size() > kResultLimit)
+        problem = fmt::format("over {} MiB", kResultLimit >> 20);
+      else if (result && json_nesting_depth(*result) > kMaxRankJsonDepth)
+        problem = fmt::format("JSON nested deeper than {} levels", kMaxRankJsonDepth);
       if (result) rank.result_file = r.files.result_file;
-      if (result && result->size() > kResultLimit) {
-        report.warnings.push_back(fmt::format("{}: over {} MiB, left out of the summary (result null)",
-                                              r.files.result_file, kResultLimit >> 20));
+      if (!problem.empty()) {
+        report.warnings.push_back(
+            fmt::format("{}: {}, left out of the summary (result null)", r.files.result_file, problem));
         result.reset();
       }
       rank.result = parse_result(result);
@@ -181,7 +187,7 @@ struct JobOutputs::Impl {
     }
     fill_ranks(report.ranks, outcome.ranks);
     for (auto& w : run_log.write_errors()) report.warnings.push_back(std::move(w));
-    report.root_cause = root_cause(report.ranks, outcome.end, outcome.spawn_error, -1);
+    report.root_cause = root_cause(report.ranks, outcome.end, outcome.spawn_error, -1, report.warnings);
     // Earlier attempts' files are in ranks/<r>/attempt-<k>/; the last one's where they always are.
     for (std::size_t i = 0; i < outcome.attempts.size(); ++i) {
       const auto& a = outcome.attempts[i];
@@ -200,7 +206,7 @@ struct JobOutputs::Impl {
         r = std::move(blank);
       }
       fill_ranks(attempt.ranks, a.ranks);
-      attempt.root_cause = root_cause(attempt.ranks, a.end, a.spawn_error, last ? -1 : a.attempt);
+      attempt.root_cause = root_cause(attempt.ranks, a.end, a.spawn_error, last ? -1 : a.attempt, report.warnings);
       report.attempts.push_back(std::move(attempt));
     }
     return report;
@@ -220,7 +226,8 @@ struct JobOutputs::Impl {
   // Why the run (or one attempt of it) ended; `attempt` >= 0 reads that
   // attempt's kept files (ranks/<r>/attempt-<k>/), -1 the newest ones.
   std::optional<RootCause> root_cause(const std::vector<RankReport>& ranks, const env::JobEnd& end,
-                                      const std::string& spawn_error, int attempt) const {
+                                      const std::string& spawn_error, int attempt,
+                                      std::vector<std::string>& warnings) const {
     using Kind = env::JobEnd::Kind;
     RootCause cause;
     cause.kind = end.kind;
@@ -257,7 +264,14 @@ struct JobOutputs::Impl {
       error_file = (dir / "error.json").string();
       stderr_path = (dir / "stderr").string();
     }
-    if (auto text = read_file(error_file, kErrorFileLimit)) cause.record = parse_error_file(*text);
+    std::string problem;
+    if (auto text = read_file(error_file, kErrorFileLimit, false, &problem)) {
+      if (json_nesting_depth(*text) > kMaxRankJsonDepth)
+        problem = fmt::format("JSON nested deeper than {} levels", kMaxRankJsonDepth);
+      else
+        cause.record = parse_error_file(*text);
+    }
+    if (!problem.empty()) warnings.push_back(fmt::format("{}: {}, not read (error file)", error_file, problem));
     if (cause.record && !(cause.record->message.empty() && cause.record->traceback.empty())) {
       if (!cause.record->message.empty()) cause.message += ": " + cause.record->message;
       cause.details = cause.record->traceback.empty() ? cause.record->message : cause.record->traceback;

@@ -106,12 +106,19 @@ void write_file_atomic(const std::string& path, std::string_view content) {
   if (ec) throw Error(fmt::format("cannot write {}: {}", path, ec.message()), 1);
 }
 
-std::optional<std::string> read_file(const std::string& path, std::size_t max_bytes, bool tail) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
+std::optional<std::string> read_file(const std::string& path, std::size_t max_bytes, bool tail, std::string* problem) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer that never comes.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno != ENOENT && problem != nullptr) *problem = fmt::format("cannot read it: {}", std::strerror(errno));
+    return std::nullopt;
+  }
   struct stat st {};
   std::optional<std::string> out;
-  if (::fstat(fd, &st) == 0) {
+  bool stat_ok = ::fstat(fd, &st) == 0;
+  if (stat_ok && !S_ISREG(st.st_mode)) {
+    if (problem != nullptr) *problem = S_ISDIR(st.st_mode) ? "it is a directory" : "it is not a regular file";
+  } else if (stat_ok) {
     auto size = static_cast<std::size_t>(st.st_size);
     off_t start = tail && size > max_bytes ? static_cast<off_t>(size - max_bytes) : 0;
     std::string data(std::min(size, max_bytes), '\0');

@@ -4,6 +4,8 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/env/secrets.hpp"
+#include "sgpu/launcher/outputs/json_depth.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
 
@@ -81,7 +83,7 @@ json attempt_json(int attempt, const env::JobEnd& end, int exit_code, Clock::tim
 }  // namespace
 
 json parse_result(const std::optional<std::string>& content) {
-  if (!content) return nullptr;
+  if (!content || json_nesting_depth(*content) > kMaxRankJsonDepth) return nullptr;
   // Bytes that are not text (a pickle, an image) would reach the JSON as
   // replacement characters, which nobody can decode: the rank's row names
   // the file instead (result_file).
@@ -94,6 +96,9 @@ json parse_result(const std::optional<std::string>& content) {
 }
 
 json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
+  // spec.json and summary.json get copied into tickets like a dry run's output: masked the same way.
+  json environment = json::object();
+  for (const auto& [name, value] : spec.env) environment[name] = env::mask_secret(name, value);
   json gpus = json::array();
   for (const auto& g : plan.gpus)
     gpus.push_back({{"index", g.index}, {"name", g.name}, {"type", g.type}, {"uuid", g.uuid}});
@@ -118,7 +123,7 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"grace_s", plan.grace.count()},
       {"max_restarts", plan.max_restarts},
       {"restart_backoff_s", plan.restart_backoff.count()},
-      {"env", spec.env},
+      {"env", environment},
       {"run_id", plan.run_id},
       {"run_dir", plan.run_dir},
       {"console",

@@ -1,6 +1,8 @@
 #include "sgpu/launcher/plan/run_dir.hpp"
 
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <ctime>
 #include <filesystem>
 #include <system_error>
@@ -30,13 +32,42 @@ std::string default_runs_root(const env::Environment& environment) {
   if (auto home = get("SGPU_HOME"); !home.empty()) return (fs::path(home) / "runs").string();
   if (auto state = get("XDG_STATE_HOME"); !state.empty()) return (fs::path(state) / "sgpu" / "runs").string();
   if (auto home = get("HOME"); !home.empty()) return (fs::path(home) / ".local/state/sgpu/runs").string();
-  return (fs::temp_directory_path() / "sgpu" / "runs").string();
+  return (private_temp_dir(environment) / "runs").string();
+}
+
+fs::path private_temp_dir(const env::Environment& environment) {
+  auto tmp = environment.find("TMPDIR");
+  fs::path base = tmp == environment.end() || tmp->second.empty() ? fs::path("/tmp") : fs::path(tmp->second);
+  auto dir = base / fmt::format("sgpu-{}", ::geteuid());
+  // Another user could have made it first, to read or replace our runs.
+  ::mkdir(dir.c_str(), 0700);
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
+    throw Error(fmt::format("HOME is not set, and {} (where runs would go instead) is not a private directory of "
+                            "yours; set HOME or SGPU_HOME, or give --log-dir",
+                            dir.string()),
+                1);
+  return dir;
+}
+
+std::string expand_home(const std::string& path, const env::Environment& environment, std::string_view what) {
+  if (path != "~" && !path.starts_with("~/")) return path;
+  auto home = environment.find("HOME");
+  if (home == environment.end() || home->second.empty())
+    throw Error(fmt::format("{} {}: HOME is not set, so '~' means nothing; give an absolute path", what, path));
+  return home->second + path.substr(1);
+}
+
+std::string runs_root(const std::string& log_dir, const env::Environment& environment) {
+  return log_dir.empty() ? default_runs_root(environment) : expand_home(log_dir, environment, "--log-dir");
 }
 
 std::string create_run_dir(const std::string& root, const std::string& run_id, int ranks, int first_rank) {
   auto dir = fs::absolute(fs::path(root) / run_id);
   std::error_code ec;
   fs::create_directories(dir, ec);
+  // Private: a run keeps its ranks' logs and environment, which may hold secrets.
+  if (!ec) fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
   for (int r = first_rank; r < first_rank + ranks && !ec; ++r)
     fs::create_directories(dir / "ranks" / std::to_string(r), ec);
   if (ec) throw Error(fmt::format("cannot create the run directory {}: {}", dir.string(), ec.message()), 1);

@@ -26,7 +26,7 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch) 
   bp::default_process_launcher launcher;
   auto proc = launcher(io.get_executor(), ec, bp::filesystem::path(launch.executable), args,
                        bp::process_stdio{nullptr, out_, err_}, bp::process_environment(env_strings),
-                       bp::process_start_dir(launch.cwd), ChildExecSetup{::getpid()});
+                       bp::process_start_dir(launch.cwd), ChildExecSetup{.parent = ::getpid(), .new_session = true});
   if (ec) throw std::system_error(ec.value(), std::generic_category(), launch.executable);
   pid_ = proc.id();
   impl_ = std::make_unique<Impl>(Impl{std::move(proc)});

@@ -1,7 +1,9 @@
 // TOML sources of a job spec: the --config file, and --set values written in
 // TOML syntax. The only file that includes toml++.
+#include <sys/stat.h>
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -13,6 +15,8 @@
 
 namespace sgpu::launcher {
 namespace {
+
+constexpr std::uintmax_t kMaxSpecFileBytes = 1 << 20;
 
 std::string quoted(const std::string& text) {
   std::string out = "\"";
@@ -200,15 +204,36 @@ Layer file_layer(std::string_view text, const std::string& path) {
 }
 
 Layer read_spec_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    Layer layer;
+  Layer layer;
+  // A spec is a small regular file: a directory reads as empty, /dev/zero never ends, a FIFO may never open.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
     layer.errors.push_back(fmt::format("--config {}: cannot read it: {}", path, std::strerror(errno)));
     return layer;
   }
-  std::ostringstream content;
-  content << in.rdbuf();
-  return file_layer(content.str(), path);
+  if (!S_ISREG(st.st_mode)) {
+    layer.errors.push_back(fmt::format("--config {}: {}; give a TOML file (configs/ has examples)", path,
+                                       S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file"));
+    return layer;
+  }
+  if (static_cast<std::uintmax_t>(st.st_size) > kMaxSpecFileBytes) {
+    layer.errors.push_back(
+        fmt::format("--config {}: {} bytes; a job spec is at most {} KiB", path, st.st_size, kMaxSpecFileBytes >> 10));
+    return layer;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    layer.errors.push_back(fmt::format("--config {}: cannot read it: {}", path, std::strerror(errno)));
+    return layer;
+  }
+  std::string content(kMaxSpecFileBytes + 1, '\0');
+  in.read(content.data(), static_cast<std::streamsize>(content.size()));
+  content.resize(static_cast<std::size_t>(in.gcount()));
+  if (content.size() > kMaxSpecFileBytes) {
+    layer.errors.push_back(fmt::format("--config {}: a job spec is at most {} KiB", path, kMaxSpecFileBytes >> 10));
+    return layer;
+  }
+  return file_layer(content, path);
 }
 
 Layer set_layer(const std::vector<std::string>& assignments) {

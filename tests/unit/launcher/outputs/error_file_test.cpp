@@ -34,10 +34,12 @@ TEST_CASE("launcher::parse_error_file") {
       {"not JSON", "Traceback (most recent", false, "", "", std::nullopt, std::nullopt},
       {"empty", "", false, "", "", std::nullopt, std::nullopt},
       {"an array", "[1]", false, "", "", std::nullopt, std::nullopt},
+      {"nested 50000 levels deep: not parsed", nullptr, false, "", "", std::nullopt, std::nullopt},
   };
+  const std::string deep = R"({"message": )" + std::string(50000, '[') + std::string(50000, ']') + "}";
   for (const auto& row : rows) {
     CAPTURE(row.what);
-    auto rec = parse_error_file(row.text);
+    auto rec = parse_error_file(row.text != nullptr ? std::string_view(row.text) : std::string_view(deep));
     REQUIRE(rec.has_value() == row.ok);
     if (!rec) continue;
     CHECK(rec->message == row.message);

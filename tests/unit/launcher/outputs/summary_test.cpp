@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include "sgpu/launcher/outputs/json_depth.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
 
@@ -34,11 +35,50 @@ TEST_CASE("launcher::parse_result") {
       {"an overlong slash", "\xC0\xAF", nullptr},
       {"a surrogate", "\xED\xA0\x80", nullptr},
       {"above U+10FFFF", "\xF4\x90\x80\x80", nullptr},
+      {"65 levels are left out, not parsed", std::string(65, '[') + std::string(65, ']'), nullptr},
+      {"50000 levels are left out, not parsed", std::string(50000, '[') + std::string(50000, ']'), nullptr},
   };
   for (const auto& row : rows) {
     CAPTURE(row.what);
     CHECK(parse_result(row.content) == row.result);
   }
+  SUBCASE("64 levels are kept") {
+    auto text = std::string(64, '[') + std::string(64, ']');
+    CHECK(parse_result(text).dump() == text);
+  }
+}
+
+TEST_CASE("launcher::json_nesting_depth") {
+  struct Row {
+    const char* what;
+    std::string text;
+    std::size_t depth;
+  };
+  const Row rows[] = {
+      {"a scalar", "42", 0},
+      {"an empty object", "{}", 1},
+      {"mixed", R"({"a": [1, {"b": [[]]}]})", 5},
+      {"brackets in strings do not count", R"({"a": "[[[[{{{"})", 1},
+      {"an escaped quote stays in the string", R"(["\"[[[["])", 1},
+      {"an escaped backslash ends before the quote", R"(["\\", [[]]])", 3},
+      {"unbalanced closers do not go below zero", "]]]][", 1},
+      {"counting stops past the limit", std::string(50000, '['), kMaxRankJsonDepth + 1},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.what);
+    CHECK(json_nesting_depth(row.text) == row.depth);
+  }
+}
+
+TEST_CASE("launcher::spec_json masks secrets as a dry run does") {
+  JobSpec spec;
+  spec.env = {{"WANDB_API_KEY", "abc123"}, {"DB_URL", "postgres://me:pw@db/x"}, {"EPOCHS", "3"}};
+  LaunchPlan plan;
+  auto doc = spec_json(spec, plan);
+  CHECK(doc["env"]["WANDB_API_KEY"] == "****");
+  CHECK(doc["env"]["DB_URL"] == "postgres://me:****@db/x");
+  CHECK(doc["env"]["EPOCHS"] == "3");
+  CHECK(doc.dump().find("abc123") == std::string::npos);
 }
 
 TEST_CASE("launcher::dump_json survives bytes that are not UTF-8") {

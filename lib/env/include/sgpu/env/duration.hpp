@@ -1,6 +1,7 @@
 #pragma once
 // Durations as users write them: "90m", "2h30m", "1h5m10s", "3600" (seconds),
-// "1.5h", "none" (no limit). Parsing is pure and throws sgpu::Error.
+// "1.5h", "none" (no limit), at most kMaxDuration. Parsing is pure and throws
+// sgpu::Error.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -9,6 +10,10 @@
 namespace sgpu::env {
 
 using Seconds = std::chrono::duration<double>;
+
+// The longest limit sgpu accepts, 365 days: far beyond any job, and far
+// inside what the event loop's timers (nanoseconds in 64 bits) can hold.
+inline constexpr Seconds kMaxDuration{365.0 * 86400};
 
 // Returns nullopt for "none"/"0"-free forms that mean "no limit" ("none", "inf").
 // `what` names the flag or key in error messages, e.g. "--timeout".

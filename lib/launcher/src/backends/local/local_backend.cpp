@@ -34,7 +34,7 @@ class LocalBackend : public Backend {
     in.run_id = make_run_id();
     rendezvous::PortReservation port(spec.master_port.value_or(0));
     in.master_port = port.port();
-    std::string root = spec.log_dir.empty() ? default_runs_root(ctx.inherited) : spec.log_dir;
+    std::string root = runs_root(spec.log_dir, ctx.inherited);
     // The whole plan is validated before the disk is touched.
     in.run_dir = (std::filesystem::absolute(root) / in.run_id).string();
     auto plan = make_plan(spec, in);

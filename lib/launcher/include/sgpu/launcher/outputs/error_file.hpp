@@ -21,7 +21,8 @@ struct ErrorFileRecord {
   nlohmann::ordered_json document;  // as read, for passing it up unchanged
 };
 
-// nullopt when `text` is not JSON or has no "message".
+// nullopt when `text` is not JSON, has no "message", or nests deeper than
+// kMaxRankJsonDepth.
 std::optional<ErrorFileRecord> parse_error_file(std::string_view text);
 
 // The error file sgpu writes for a launcher above it: the rank's own document

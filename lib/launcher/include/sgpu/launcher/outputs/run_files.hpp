@@ -59,7 +59,11 @@ class AppendFile {
 void write_file_atomic(const std::string& path, std::string_view content);
 
 // The file's contents, at most `max_bytes` from its end when `tail`, else its
-// first `max_bytes`; nullopt when it does not exist or cannot be read.
-std::optional<std::string> read_file(const std::string& path, std::size_t max_bytes, bool tail = false);
+// first `max_bytes`; nullopt when it does not exist or cannot be read. Only a
+// regular file is read (a FIFO or a device could block or never end): for
+// anything else, or a file that exists but cannot be opened, `problem` (when
+// given) says why.
+std::optional<std::string> read_file(const std::string& path, std::size_t max_bytes, bool tail = false,
+                                     std::string* problem = nullptr);
 
 }  // namespace sgpu::launcher

@@ -16,8 +16,9 @@ namespace sgpu::launcher {
 inline constexpr int kSummaryVersion = 1;
 
 // A rank's $SGPU_RESULT_FILE: its JSON when it is valid JSON, else the text
-// (less one trailing newline); null when the rank wrote none, or wrote bytes
-// that are not UTF-8 text (a pickle): the summary's result_file names those.
+// (less one trailing newline); null when the rank wrote none, nested it
+// deeper than kMaxRankJsonDepth, or wrote bytes that are not UTF-8 text (a
+// pickle): the summary's result_file names those.
 nlohmann::ordered_json parse_result(const std::optional<std::string>& content);
 
 // The job as it was run: entrypoint, argv, ranks, GPUs, port, limits, console options.

@@ -24,7 +24,8 @@ struct Layer {
 // A TOML spec; `path` names it in messages.
 Layer file_layer(std::string_view toml_text, const std::string& path);
 
-// Reads and parses the file; a file that cannot be read is an error in the layer.
+// Reads and parses the file; a file that cannot be read, that is not a
+// regular file or that is over 1 MiB is an error in the layer.
 Layer read_spec_file(const std::string& path);
 
 // The SGPU_* variables the schema names (SGPU_PYTHON, ...).
