@@ -1,15 +1,19 @@
 #include "sgpu/launcher/process/supervisor.hpp"
 
+#include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/launcher/process/orphan_guard.hpp"
 
+#include <unistd.h>
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <csignal>
 #include <system_error>
 
 #include <fmt/format.h>
 
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/read.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -18,6 +22,8 @@ namespace asio = boost::asio;
 
 namespace {
 constexpr std::size_t kReadChunk = 64 * 1024;
+// Ranks started between two turns of the event loop.
+constexpr std::size_t kSpawnBatch = 32;
 // After the last rank exits, how long a pipe may stay open (held by a process
 // that escaped the rank's group) before sgpu stops reading it.
 constexpr auto kDrainLimit = std::chrono::seconds(2);
@@ -31,7 +37,6 @@ struct Supervisor::State {
   struct Rank {
     std::unique_ptr<RankProcess> process;
     RankRecord record;
-    std::array<std::array<char, kReadChunk>, 2> buffers{};
     std::array<bool, 2> open{false, false};
   };
 
@@ -51,6 +56,11 @@ struct Supervisor::State {
   std::function<void(const JobOutcome&)> on_finished;
   int running = 0;
   int open_pipes = 0;
+  std::vector<RankLaunch> launches;  // while spawning: the ranks to start
+  bool spawning = false;
+  rlimit open_files{};                 // sgpu's RLIMIT_NOFILE before raising it: what ranks get
+  OutputFlow* flow;                    // the console's backpressure, or nullptr
+  std::array<char, kReadChunk> chunk;  // every pipe is read into this, one at a time
 
   State(asio::io_context& io_, JobObserver& obs, SupervisorOptions opts)
       : io(io_),
@@ -59,9 +69,14 @@ struct Supervisor::State {
         signals(io_, SIGINT, SIGTERM, SIGHUP),
         timeout_timer(io_),
         grace_timer(io_),
-        drain_timer(io_) {
+        drain_timer(io_),
+        flow(obs.output_flow()) {
     signals.add(SIGUSR1);
     signals.add(SIGUSR2);
+  }
+
+  ~State() {
+    if (flow != nullptr) flow->forget_waiting();  // they point into this
   }
 
   void signal_all(int sig) {
@@ -105,19 +120,35 @@ struct Supervisor::State {
     });
   }
 
+  // Waits until the pipe is readable, then reads it into the one buffer all
+  // ranks share: no buffer per rank, so memory does not grow with the ranks.
   void read(Rank& r, Stream stream) {
-    auto idx = static_cast<std::size_t>(stream == Stream::Out ? 0 : 1);
     auto& pipe = stream == Stream::Out ? r.process->out() : r.process->err();
-    pipe.async_read_some(asio::buffer(r.buffers[idx]),
-                         [this, &r, stream, idx](boost::system::error_code ec, std::size_t n) {
-                           if (n > 0)
-                             observer.on_rank_output(r.record.rank, stream, std::string_view(r.buffers[idx].data(), n));
-                           if (ec) {
-                             close_pipe(r, stream);
-                             return;
-                           }
-                           read(r, stream);
-                         });
+    pipe.async_wait(asio::posix::stream_descriptor::wait_read, [this, &r, &pipe, stream](boost::system::error_code ec) {
+      if (ec) {
+        close_pipe(r, stream);
+        return;
+      }
+      ssize_t n = 0;
+      while ((n = ::read(pipe.native_handle(), chunk.data(), chunk.size())) < 0 && errno == EINTR) {
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        read(r, stream);
+        return;
+      }
+      if (n > 0)
+        observer.on_rank_output(r.record.rank, stream, std::string_view(chunk.data(), static_cast<std::size_t>(n)));
+      if (n <= 0) {  // end of file, or an error: nothing more comes from this pipe
+        close_pipe(r, stream);
+        return;
+      }
+      // The console's reader lags: read on once it caught up (backpressure).
+      if (flow != nullptr && flow->paused()) {
+        flow->when_open([this, &r, stream] { read(r, stream); });
+        return;
+      }
+      read(r, stream);
+    });
   }
 
   void close_pipe(Rank& r, Stream stream) {
@@ -163,8 +194,52 @@ struct Supervisor::State {
     maybe_finish();
   }
 
+  // Starts ranks from `first` on, a batch at a time, going back to the loop
+  // in between: Ctrl-C or the timeout during a large start act at once, and
+  // the ranks not started yet are not started.
+  void spawn_from(std::size_t first) {
+    std::size_t i = first;
+    for (std::size_t end = std::min(first + kSpawnBatch, launches.size()); i < end && !tearing_down; ++i)
+      spawn(launches[i]);
+    if (i < launches.size() && !tearing_down) {
+      asio::post(io, [this, i] { spawn_from(i); });
+      return;
+    }
+    spawning = false;
+    launches = {};
+    maybe_finish();
+  }
+
+  void spawn(const RankLaunch& launch) {
+    auto rank = std::make_unique<Rank>();
+    rank->record.rank = launch.rank;
+    try {
+      rank->process = std::make_unique<RankProcess>(io, launch, &open_files);
+    } catch (const std::system_error& e) {
+      env::JobEnd end;
+      end.kind = env::JobEnd::Kind::SpawnFailed;
+      end.rank = launch.rank;
+      end.spawn_errno = e.code().value();
+      outcome.spawn_error = fmt::format("{}: {}", launch.executable, std::generic_category().message(e.code().value()));
+      begin_teardown(end, SIGKILL);
+      return;
+    }
+    rank->record.pid = rank->process->pid();
+    guard.watch(rank->record.pid);
+    rank->record.started = Clock::now();
+    rank->open = {true, true};
+    open_pipes += 2;
+    ++running;
+    observer.on_rank_started(launch.rank, rank->record.pid);
+    auto& r = *rank;
+    ranks.push_back(std::move(rank));
+    read(r, Stream::Out);
+    read(r, Stream::Err);
+    r.process->async_wait([this, &r](int status) { on_exit(r, status); });
+  }
+
   void maybe_finish() {
-    if (running > 0 || open_pipes > 0 || finished) return;
+    if (running > 0 || open_pipes > 0 || spawning || finished) return;
     finished = true;
     drain_timer.cancel();
     timeout_timer.cancel();
@@ -203,36 +278,9 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
   auto& s = *state_;
   s.on_finished = std::move(on_finished);
   s.outcome.started = Clock::now();
+  s.open_files = raise_open_files_limit(static_cast<int>(launches.size()));
   if (s.options.handle_signals) s.arm_signals();
-  for (const auto& launch : launches) {
-    auto rank = std::make_unique<State::Rank>();
-    rank->record.rank = launch.rank;
-    try {
-      rank->process = std::make_unique<RankProcess>(s.io, launch);
-    } catch (const std::system_error& e) {
-      env::JobEnd end;
-      end.kind = env::JobEnd::Kind::SpawnFailed;
-      end.rank = launch.rank;
-      end.spawn_errno = e.code().value();
-      s.outcome.spawn_error =
-          fmt::format("{}: {}", launch.executable, std::generic_category().message(e.code().value()));
-      s.begin_teardown(end, SIGKILL);
-      break;
-    }
-    rank->record.pid = rank->process->pid();
-    s.guard.watch(rank->record.pid);
-    rank->record.started = Clock::now();
-    rank->open = {true, true};
-    s.open_pipes += 2;
-    ++s.running;
-    s.observer.on_rank_started(launch.rank, rank->record.pid);
-    auto& r = *rank;
-    s.ranks.push_back(std::move(rank));
-    s.read(r, Stream::Out);
-    s.read(r, Stream::Err);
-    r.process->async_wait([&s, &r](int status) { s.on_exit(r, status); });
-  }
-  if (s.options.timeout && !s.tearing_down) {
+  if (s.options.timeout) {
     s.timeout_timer.expires_after(to_steady(*s.options.timeout));
     s.timeout_timer.async_wait([&s](boost::system::error_code ec) {
       if (ec) return;
@@ -241,7 +289,9 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
       s.begin_teardown(end, SIGTERM);
     });
   }
-  s.maybe_finish();
+  s.launches = launches;
+  s.spawning = true;
+  s.spawn_from(0);
 }
 
 }  // namespace sgpu::launcher

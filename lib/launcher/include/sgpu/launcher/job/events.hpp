@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/launcher/job/output_flow.hpp"
 
 namespace sgpu::launcher {
 
@@ -37,6 +38,9 @@ class JobObserver {
   virtual void on_rank_exited(int /*rank*/, const env::ExitStatus& /*status*/, bool /*terminated_by_sgpu*/) {}
   // The first reason to stop the job: a rank failed, the timeout, a signal.
   virtual void on_teardown(const env::JobEnd& /*cause*/) {}
+  // The flow an observer pauses when it cannot take output now (the console
+  // with a lagging reader); nullptr: it never does.
+  virtual OutputFlow* output_flow() { return nullptr; }
 };
 
 }  // namespace sgpu::launcher
