@@ -115,4 +115,10 @@ void ConsolePrinter::on_rank_output_closed(int rank, Stream stream) {
   sink_.write(stream, out_);
 }
 
+void ConsolePrinter::on_rank_exited(int /*rank*/, const env::ExitStatus& /*status*/, bool /*terminated_by_sgpu*/) {
+  if (++exited_ >= options_.labels.size()) sink_.release();
+}
+
+void ConsolePrinter::on_teardown(const env::JobEnd& /*cause*/) { sink_.release(); }
+
 }  // namespace sgpu::launcher

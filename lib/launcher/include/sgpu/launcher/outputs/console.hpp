@@ -61,6 +61,11 @@ class ConsolePrinter : public JobObserver {
 
   void on_rank_output(int rank, Stream stream, std::string_view bytes) override;
   void on_rank_output_closed(int rank, Stream stream) override;
+  // Backpressure only while the job runs: once it ends (teardown, or every
+  // rank exited) nothing may wait on the reader.
+  void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;
+  void on_teardown(const env::JobEnd& cause) override;
+  OutputFlow* output_flow() override { return &sink_.flow(); }
 
  private:
   bool shown(int rank) const;
@@ -74,6 +79,7 @@ class ConsolePrinter : public JobObserver {
   std::map<std::pair<int, Stream>, std::string> prefixes_;
   std::string out_;        // reused for every chunk: no allocation per read
   std::string timestamp_;  // " 12:00:01.234" for the current chunk
+  std::size_t exited_ = 0;
 };
 
 // ---- implementation of the templates ----

@@ -27,6 +27,11 @@ class FanOut : public JobObserver {
   void on_teardown(const env::JobEnd& cause) override {
     for (auto* o : observers_) o->on_teardown(cause);
   }
+  OutputFlow* output_flow() override {
+    for (auto* o : observers_)
+      if (auto* flow = o->output_flow()) return flow;
+    return nullptr;
+  }
 
  private:
   std::vector<JobObserver*> observers_;
