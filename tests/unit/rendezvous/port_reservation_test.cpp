@@ -47,7 +47,8 @@ bool plain_bind_works(int port) {
 }
 
 struct LockDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("sgpu-port-test-" + std::to_string(::getpid()));
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("sgpu-port-test-" + std::to_string(::getpid()));
   ~LockDir() { std::filesystem::remove_all(path); }
 };
 }  // namespace

@@ -31,13 +31,13 @@ ConsoleSink::ConsoleSink(boost::asio::io_context& io, int out_fd, int err_fd, in
 
 void ConsoleSink::check_pause() {
   for (const auto& w : writers_)
-    if (w && w->pending() >= kPauseAt) flow_.pause();
+    if (w && w->pending() >= kPauseAt) flow_->pause();
 }
 
 void ConsoleSink::on_drained() {
   for (const auto& w : writers_)
     if (w && w->pending() >= kResumeAt) return;
-  if (flow_.paused()) flow_.resume();
+  if (flow_->paused()) flow_->resume();
 }
 
 void ConsoleSink::write(Stream stream, std::string_view bytes) {
@@ -86,7 +86,7 @@ void ConsoleSink::clear_status() {
 void ConsoleSink::release() {
   for (auto& w : writers_)
     if (w) w->stop_waiting();
-  flow_.release();
+  flow_->release();
 }
 
 std::size_t ConsoleSink::finish(bool wait) {

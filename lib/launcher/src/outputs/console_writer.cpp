@@ -15,7 +15,7 @@ namespace asio = boost::asio;
 ConsoleWriter::ConsoleWriter(asio::io_context& io, int fd, std::size_t low_water, std::size_t limit,
                              std::function<void()> on_drained)
     : fd_(fd), low_water_(low_water), limit_(limit), on_drained_(std::move(on_drained)) {
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) return;
   int own = -1;
   if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
@@ -26,11 +26,13 @@ ConsoleWriter::ConsoleWriter(asio::io_context& io, int fd, std::size_t low_water
     if (own >= 0) mode_ = Mode::Socket;
   }
   if (own < 0) return;
+  own_fd_ = own;
   ready_ = std::make_unique<asio::posix::stream_descriptor>(io);
   boost::system::error_code ec;
   ready_->assign(own, ec);
   if (ec) {  // e.g. /dev/null, which epoll refuses: its writes never wait anyway
     ::close(own);
+    own_fd_ = -1;
     ready_.reset();
     mode_ = Mode::Blocking;
     return;
@@ -38,7 +40,10 @@ ConsoleWriter::ConsoleWriter(asio::io_context& io, int fd, std::size_t low_water
   if (mode_ == Mode::NonBlocking) fd_ = own;
 }
 
-ConsoleWriter::~ConsoleWriter() = default;
+ConsoleWriter::~ConsoleWriter() {
+  stop_waiting();
+  if (own_fd_ >= 0) ::close(own_fd_);
+}
 
 long ConsoleWriter::write_some(std::string_view bytes) {
   for (;;) {
@@ -100,26 +105,32 @@ void ConsoleWriter::flush() {
 
 void ConsoleWriter::stop_waiting() {
   waiting_ = false;
-  if (ready_) ready_->cancel();
+  if (!ready_) return;
+  // Off the loop for good (a pending wait ends aborted): the loop may be gone
+  // before this writer, and the fd stays ours to write to and close.
+  ready_->release();
+  ready_.reset();
 }
 
 void ConsoleWriter::arm() {
   if (armed_ || !ready_ || !waiting_ || pending() == 0) return;
   armed_ = true;
-  ready_->async_wait(asio::posix::stream_descriptor::wait_write, [this](boost::system::error_code ec) {
-    armed_ = false;
-    if (ec) return;
-    flush();
-    arm();
-    if (pending() < low_water_ && on_drained_) on_drained_();
-  });
+  ready_->async_wait(asio::posix::stream_descriptor::wait_write,
+                     [this, alive = std::weak_ptr<char>(alive_)](boost::system::error_code ec) {
+                       if (alive.expired()) return;
+                       armed_ = false;
+                       if (ec) return;
+                       flush();
+                       arm();
+                       if (pending() < low_water_ && on_drained_) on_drained_();
+                     });
 }
 
 std::size_t ConsoleWriter::finish(bool wait) {
   flush();
   while (wait && pending() > 0 && !broken_) {
     pollfd p{fd_, POLLOUT, 0};
-    if (mode_ == Mode::Socket && ready_) p.fd = ready_->native_handle();
+    if (mode_ == Mode::Socket) p.fd = own_fd_;
     if (::poll(&p, 1, -1) < 0 && errno != EINTR) break;
     flush();
   }

@@ -10,8 +10,8 @@
 
 namespace sgpu::launcher {
 namespace {
-constexpr rlim_t kPerRank = 6;   // stdout and stderr pipes, pidfd, two logs, one spare while it starts
-constexpr rlim_t kBase = 64;     // stdio, the event loop, the run's files, the rendezvous
+constexpr rlim_t kPerRank = 6;  // stdout and stderr pipes, pidfd, two logs, one spare while it starts
+constexpr rlim_t kBase = 64;    // stdio, the event loop, the run's files, the rendezvous
 }  // namespace
 
 rlim_t open_files_needed(int ranks) { return kBase + kPerRank * static_cast<rlim_t>(std::max(ranks, 0)); }
@@ -27,9 +27,10 @@ rlimit raise_open_files_limit(int ranks) {
   auto needed = open_files_needed(ranks);
   auto soft = raised_soft_limit(before.rlim_cur, before.rlim_max, needed);
   if (soft < needed)
-    throw Error(fmt::format("{} ranks on this node need about {} open files, but the hard limit (ulimit -Hn) is {}; "
-                            "raise it (limits.conf, systemd LimitNOFILE) or run fewer ranks per node",
-                            ranks, needed, before.rlim_max));
+    throw Error(
+        fmt::format("{} ranks on this node need about {} open files, but the hard limit (ulimit -Hn) is {}; "
+                    "raise it (limits.conf, systemd LimitNOFILE) or run fewer ranks per node",
+                    ranks, needed, before.rlim_max));
   if (soft != before.rlim_cur) {
     rlimit raised = before;
     raised.rlim_cur = soft;

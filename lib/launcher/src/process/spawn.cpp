@@ -28,10 +28,10 @@ int child_main(void* arg) {
   // A handler of sgpu's would run sgpu's code here (Asio's signal pipe):
   // back to the default before any signal is unblocked. Ignored signals stay
   // ignored, as across any exec, except SIGPIPE, which only sgpu ignores.
-  struct sigaction dfl{};
+  struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig = 1; sig < NSIG; ++sig) {
-    struct sigaction old{};
+    struct sigaction old {};
     if (sig == SIGKILL || sig == SIGSTOP || ::sigaction(sig, nullptr, &old) != 0) continue;
     if (old.sa_handler == SIG_DFL || (old.sa_handler == SIG_IGN && sig != SIGPIPE)) continue;
     ::sigaction(sig, &dfl, nullptr);
@@ -75,8 +75,8 @@ Spawned spawn_process(const SpawnRequest& request) {
   sigfillset(&all);
   ::sigprocmask(SIG_SETMASK, &all, &before);
   int pidfd = -1;
-  pid_t pid = ::clone(child_main, static_cast<char*>(stack) + kChildStack, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
-                      &child, &pidfd);
+  pid_t pid = ::clone(child_main, static_cast<char*>(stack) + kChildStack,
+                      CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &child, &pidfd);
   int clone_errno = errno;
   ::sigprocmask(SIG_SETMASK, &before, nullptr);
   ::munmap(stack, kChildStack);

@@ -10,13 +10,13 @@
 namespace sgpu::launcher {
 
 struct SpawnRequest {
-  const char* path = nullptr;             // absolute
-  const char* const* argv = nullptr;      // argv[0] included, null-terminated
-  const char* const* envp = nullptr;      // "NAME=value", null-terminated
-  const char* cwd = nullptr;              // nullptr: sgpu's own
-  int stdio[3] = {-1, -1, -1};            // the child's fds 0, 1, 2
-  pid_t parent = 0;                       // PR_SET_PDEATHSIG(SIGKILL) tied to this pid; 0: none
-  const rlimit* open_files = nullptr;     // RLIMIT_NOFILE to give the child (sgpu's before raising it)
+  const char* path = nullptr;          // absolute
+  const char* const* argv = nullptr;   // argv[0] included, null-terminated
+  const char* const* envp = nullptr;   // "NAME=value", null-terminated
+  const char* cwd = nullptr;           // nullptr: sgpu's own
+  int stdio[3] = {-1, -1, -1};         // the child's fds 0, 1, 2
+  pid_t parent = 0;                    // PR_SET_PDEATHSIG(SIGKILL) tied to this pid; 0: none
+  const rlimit* open_files = nullptr;  // RLIMIT_NOFILE to give the child (sgpu's before raising it)
 };
 
 struct Spawned {

@@ -59,8 +59,12 @@ struct Supervisor::State {
   std::vector<RankLaunch> launches;  // while spawning: the ranks to start
   bool spawning = false;
   rlimit open_files{};                 // sgpu's RLIMIT_NOFILE before raising it: what ranks get
-  OutputFlow* flow;                    // the console's backpressure, or nullptr
+  std::weak_ptr<OutputFlow> flow;      // the console's backpressure, if any
   std::array<char, kReadChunk> chunk;  // every pipe is read into this, one at a time
+
+  ~State() {
+    if (auto console = flow.lock()) console->forget_waiting();  // they point into this
+  }
 
   State(asio::io_context& io_, JobObserver& obs, SupervisorOptions opts)
       : io(io_),
@@ -73,10 +77,6 @@ struct Supervisor::State {
         flow(obs.output_flow()) {
     signals.add(SIGUSR1);
     signals.add(SIGUSR2);
-  }
-
-  ~State() {
-    if (flow != nullptr) flow->forget_waiting();  // they point into this
   }
 
   void signal_all(int sig) {
@@ -143,8 +143,8 @@ struct Supervisor::State {
         return;
       }
       // The console's reader lags: read on once it caught up (backpressure).
-      if (flow != nullptr && flow->paused()) {
-        flow->when_open([this, &r, stream] { read(r, stream); });
+      if (auto console = flow.lock(); console && console->paused()) {
+        console->when_open([this, &r, stream] { read(r, stream); });
         return;
       }
       read(r, stream);
@@ -241,6 +241,9 @@ struct Supervisor::State {
   void maybe_finish() {
     if (running > 0 || open_pipes > 0 || spawning || finished) return;
     finished = true;
+    // No read waits on the console any more; the flow may outlive this.
+    if (auto console = flow.lock()) console->forget_waiting();
+    flow.reset();
     drain_timer.cancel();
     timeout_timer.cancel();
     grace_timer.cancel();

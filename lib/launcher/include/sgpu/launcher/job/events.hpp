@@ -2,6 +2,7 @@
 // What the supervisor reports while a job runs. The supervisor only handles
 // processes; observers (console printer, logs, the report) decide what to show.
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,7 +41,8 @@ class JobObserver {
   virtual void on_teardown(const env::JobEnd& /*cause*/) {}
   // The flow an observer pauses when it cannot take output now (the console
   // with a lagging reader); nullptr: it never does.
-  virtual OutputFlow* output_flow() { return nullptr; }
+  // Shared: the supervisor may outlive the console, and the reverse.
+  virtual std::shared_ptr<OutputFlow> output_flow() { return nullptr; }
 };
 
 }  // namespace sgpu::launcher

@@ -43,7 +43,7 @@ class ConsoleSink {
   // Erases the status line for good, e.g. before the final report.
   void clear_status();
 
-  OutputFlow& flow() { return flow_; }
+  const std::shared_ptr<OutputFlow>& flow() const { return flow_; }
   // The job is ending: no more backpressure, and nothing left on the event
   // loop for the reader (the loop ends with the job).
   void release();
@@ -56,7 +56,7 @@ class ConsoleSink {
   void on_drained();
   void check_pause();
 
-  OutputFlow flow_;
+  std::shared_ptr<OutputFlow> flow_ = std::make_shared<OutputFlow>();
   std::array<std::unique_ptr<ConsoleWriter>, 2> writers_;  // [1] is null when stdout and stderr are one fd
   std::size_t index_err_ = 1;
   std::array<bool, 2> terminal_{false, false};  // only lines bound for a terminal move the status line

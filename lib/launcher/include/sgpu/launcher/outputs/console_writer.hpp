@@ -50,6 +50,7 @@ class ConsoleWriter {
   void arm();
 
   int fd_;
+  int own_fd_ = -1;  // the reopened (or, for a socket, duplicated) fd
   Mode mode_ = Mode::Blocking;
   std::unique_ptr<boost::asio::posix::stream_descriptor> ready_;  // writability waits
   std::size_t low_water_;
@@ -60,6 +61,9 @@ class ConsoleWriter {
   std::size_t dropped_ = 0;
   bool armed_ = false;
   bool waiting_ = true;
+  // Expires with this writer: an aborted wait that runs after it is gone
+  // (the loop outlives the console in a multi-node launcher) touches nothing.
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
   bool broken_ = false;
 };
 

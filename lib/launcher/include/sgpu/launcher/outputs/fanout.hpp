@@ -27,9 +27,9 @@ class FanOut : public JobObserver {
   void on_teardown(const env::JobEnd& cause) override {
     for (auto* o : observers_) o->on_teardown(cause);
   }
-  OutputFlow* output_flow() override {
+  std::shared_ptr<OutputFlow> output_flow() override {
     for (auto* o : observers_)
-      if (auto* flow = o->output_flow()) return flow;
+      if (auto flow = o->output_flow()) return flow;
     return nullptr;
   }
 
