@@ -120,34 +120,38 @@ struct Supervisor::State {
     });
   }
 
-  // Waits until the pipe is readable, then reads it into the one buffer all
-  // ranks share: no buffer per rank, so memory does not grow with the ranks.
+  // Reads the pipe into the one buffer all ranks share (no buffer per rank,
+  // so memory does not grow with the ranks); when it is empty, waits until
+  // it is readable. A pipe that had data is read again from the loop's
+  // queue (post), so a busy rank never starves the others or the timers.
   void read(Rank& r, Stream stream) {
     auto& pipe = stream == Stream::Out ? r.process->out() : r.process->err();
-    pipe.async_wait(asio::posix::stream_descriptor::wait_read, [this, &r, &pipe, stream](boost::system::error_code ec) {
-      if (ec) {
-        close_pipe(r, stream);
-        return;
-      }
-      ssize_t n = 0;
-      while ((n = ::read(pipe.native_handle(), chunk.data(), chunk.size())) < 0 && errno == EINTR) {
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    ssize_t n = 0;
+    while ((n = ::read(pipe.native_handle(), chunk.data(), chunk.size())) < 0 && errno == EINTR) {
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pipe.async_wait(asio::posix::stream_descriptor::wait_read, [this, &r, stream](boost::system::error_code ec) {
+        if (ec) {
+          close_pipe(r, stream);
+          return;
+        }
         read(r, stream);
-        return;
-      }
-      if (n > 0)
-        observer.on_rank_output(r.record.rank, stream, std::string_view(chunk.data(), static_cast<std::size_t>(n)));
-      if (n <= 0) {  // end of file, or an error: nothing more comes from this pipe
-        close_pipe(r, stream);
-        return;
-      }
-      // The console's reader lags: read on once it caught up (backpressure).
-      if (auto console = flow.lock(); console && console->paused()) {
-        console->when_open([this, &r, stream] { read(r, stream); });
-        return;
-      }
-      read(r, stream);
+      });
+      return;
+    }
+    if (n > 0)
+      observer.on_rank_output(r.record.rank, stream, std::string_view(chunk.data(), static_cast<std::size_t>(n)));
+    if (n <= 0) {  // end of file, or an error: nothing more comes from this pipe
+      close_pipe(r, stream);
+      return;
+    }
+    // The console's reader lags: read on once it caught up (backpressure).
+    if (auto console = flow.lock(); console && console->paused()) {
+      console->when_open([this, &r, stream] { read(r, stream); });
+      return;
+    }
+    asio::post(io, [this, &r, stream] {
+      if (r.open[stream == Stream::Out ? 0 : 1]) read(r, stream);
     });
   }
 
