@@ -11,6 +11,7 @@ from peers import alternate, launchers, missing_tools, rows_for
 from report import Section, fmt_ratio, shell, timing_table
 
 N = 8
+MANY = 1000  # ranks of the second table: one node's worth of a large job
 SELF_CHECK = "self-check: a peer that exits 1 (must get no ratio)"
 
 
@@ -56,10 +57,10 @@ def shipped_torchrun_note(ctx):
             f"{describe_exit(run.returncode)} and without the AttributeError: the wrapper may no longer be needed.")
 
 
-def hyperfine_block(ctx, row, round_index):
+def hyperfine_block(ctx, row, round_index, runs=None):
     out = os.path.join(ctx.work, f"hyperfine-{round_index}.json")
-    argv = ["hyperfine", "-N", "--style", "basic", "--export-json", out, *hyperfine_runs(row.peer, ctx.quick),
-            shlex.join(row.peer.argv)]
+    runs = runs or hyperfine_runs(row.peer, ctx.quick)
+    argv = ["hyperfine", "-N", "--style", "basic", "--export-json", out, *runs, shlex.join(row.peer.argv)]
     p = subprocess.run(argv, cwd=ctx.root, env=ctx.env, capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         message = (p.stderr.strip().splitlines() or ["no message"])[-1]
@@ -116,8 +117,26 @@ def run(ctx):
     fl = next(r for r in rows if r.peer.role == "floor")
     if fl.ok and base.ok:
         s.headline.append(("sgpu ÷ floor (bash & wait)", fmt_ratio(median(base.values) / median(fl.values))))
+    if not ctx.quick:
+        many_ranks(ctx, s)
     if ctx.quick:
         cells = next(t for t in s.table if t[0] == SELF_CHECK)
         if not all(c.startswith("no ratio") for c in cells[4:6]):
             s.sgpu_failure = "self-check: a failing peer was given a ratio"
     return s
+
+
+def many_ranks(ctx, s):
+    """1000 ranks of /bin/true on this node: sgpu against the floor, 3 runs each per round."""
+    peers = [p for p in launchers(ctx, MANY, ["/bin/true"]) if p.role in ("sgpu", "floor")]
+    rows = rows_for(peers)
+    runs = ["--runs", "3", "--warmup", "1"]
+    alternate(ctx, "launch-1000", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i, runs))
+    s.more_tables.append((f"{MANY} ranks of /bin/true on this node (3 runs per round, after a warm-up run):",
+                          timing_table(rows)))
+    s.commands += [shell(["hyperfine", "-N", *runs, shlex.join(r.peer.argv)]) for r in rows]
+    base, fl = rows
+    if not base.ok:
+        s.sgpu_failure = f"{MANY} ranks: {base.failure}"
+    elif fl.ok:
+        s.headline.append((f"sgpu ÷ floor, {MANY} ranks", fmt_ratio(median(base.values) / median(fl.values))))

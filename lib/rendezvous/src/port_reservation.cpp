@@ -1,10 +1,17 @@
 #include "sgpu/rendezvous/port_reservation.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
 #include <utility>
 
 #include <fmt/format.h>
@@ -13,59 +20,153 @@
 
 namespace sgpu::rendezvous {
 
-PortReservation::PortReservation(int port) {
-  // Dual-stack IPv6 socket: it conflicts with IPv4 and IPv6 binds of the port alike.
-  fd_ = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool v6 = fd_ >= 0;
-  if (!v6) fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw Error(fmt::format("cannot create a socket to reserve MASTER_PORT: {}", std::strerror(errno)), 1);
+namespace {
+constexpr int kLowestPort = 1024;
+constexpr int kHighestPort = 65535;
+constexpr int kEnoughPorts = 1024;
+constexpr PortRange kLinuxDefaultEphemeral{32768, 60999};
+
+PortRange ephemeral_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto range = parse_port_range(text.str());
+  return range.first == 0 ? kLinuxDefaultEphemeral : range;
+}
+
+// 0 when a plain bind (no SO_REUSEADDR) of `port` on every address works now,
+// else the errno. The socket never listens, so closing it leaves no TIME_WAIT.
+int probe_bind(int port, bool reuse_addr) {
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool v6 = fd >= 0;
+  if (!v6) fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
   int one = 1;
-  ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (reuse_addr) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   int rc = 0;
   if (v6) {
+    // Dual-stack: it conflicts with IPv4 and IPv6 binds of the port alike.
     int zero = 0;
-    ::setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     sockaddr_in6 addr{};
     addr.sin6_family = AF_INET6;
     addr.sin6_addr = in6addr_any;
     addr.sin6_port = htons(static_cast<uint16_t>(port));
-    rc = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   } else {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
     addr.sin_port = htons(static_cast<uint16_t>(port));
-    rc = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   }
-  if (rc != 0) {
-    int err = errno;
-    ::close(fd_);
-    fd_ = -1;
-    if (port != 0)
+  int err = rc == 0 ? 0 : errno;
+  ::close(fd);
+  return err;
+}
+
+// The shared lock directory, world-writable and sticky like /tmp itself, so
+// that every user's sgpu coordinates through it. False when unusable.
+bool ensure_lock_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 01777) == 0) {
+    ::chmod(dir.c_str(), 01777);  // not narrowed by the umask
+    return true;
+  }
+  struct stat st {};
+  return errno == EEXIST && ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+enum class Lock { Taken, Busy, Unusable };
+
+// An exclusive, non-blocking flock on dir/<port>: Busy while another sgpu
+// holds that port. Lock files stay behind on purpose: deleting one would race
+// with a process that has it open.
+Lock lock_port(const std::string& dir, int port, int& fd) {
+  auto path = fmt::format("{}/{}", dir, port);
+  fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0444);
+  if (fd < 0) return Lock::Unusable;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return Lock::Taken;
+  int err = errno;
+  ::close(fd);
+  fd = -1;
+  return err == EWOULDBLOCK ? Lock::Busy : Lock::Unusable;
+}
+}  // namespace
+
+PortRange master_port_range(PortRange ephemeral) {
+  PortRange above{ephemeral.last + 1, kHighestPort};
+  if (above.last - above.first + 1 >= kEnoughPorts) return above;
+  return {kLowestPort, ephemeral.first - 1};
+}
+
+PortRange parse_port_range(const std::string& text) {
+  int first = 0;
+  int last = 0;
+  char rest = 0;
+  if (std::sscanf(text.c_str(), "%d %d %c", &first, &last, &rest) != 2) return {};
+  if (first < 1 || last > kHighestPort || first > last) return {};
+  return {first, last};
+}
+
+PortReservation::PortReservation(int port, const std::string& lock_dir) {
+  bool locks = ensure_lock_dir(lock_dir);
+  if (port != 0) {
+    // The user's port: only other sgpu jobs and current users of it are refused.
+    // SO_REUSEADDR on the probe, as the user's own server (TCPStore) is likely to
+    // set it, so a previous run's TIME_WAIT does not count as in use.
+    if (locks && lock_port(lock_dir, port, lock_fd_) == Lock::Busy)
+      throw Error(
+          fmt::format("--master-port {}: another sgpu job on this node uses the port; omit --master-port "
+                      "and sgpu picks a free one",
+                      port));
+    if (int err = probe_bind(port, true)) {
+      if (lock_fd_ >= 0) ::close(lock_fd_);
+      lock_fd_ = -1;
       throw Error(
           fmt::format("--master-port {}: the port is in use on this node ({}); omit --master-port "
                       "and sgpu picks a free one",
                       port, std::strerror(err)));
-    throw Error(fmt::format("cannot reserve a free MASTER_PORT: {}", std::strerror(err)), 1);
+    }
+    port_ = port;
+    return;
   }
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-  port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  auto range = master_port_range(ephemeral_range());
+  int count = range.last - range.first + 1;
+  // A random start spreads concurrent jobs over the range: few lock attempts each.
+  std::random_device seed;
+  int offset = static_cast<int>(std::uniform_int_distribution<unsigned>(0, static_cast<unsigned>(count - 1))(seed));
+  for (int i = 0; i < count; ++i) {
+    int candidate = range.first + (offset + i) % count;
+    int fd = -1;
+    if (locks) {
+      auto lock = lock_port(lock_dir, candidate, fd);
+      if (lock == Lock::Busy) continue;
+      // A lock file another user made unreadable: without its lock, the probe alone decides.
+    }
+    if (probe_bind(candidate, false) == 0) {
+      lock_fd_ = fd;
+      port_ = candidate;
+      return;
+    }
+    if (fd >= 0) ::close(fd);
+  }
+  throw Error(fmt::format("cannot reserve a free MASTER_PORT: every port in {}-{} (outside the kernel's ephemeral "
+                          "range) is in use; pass --master-port",
+                          range.first, range.last),
+              1);
 }
 
 PortReservation::~PortReservation() {
-  if (fd_ >= 0) ::close(fd_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 PortReservation::PortReservation(PortReservation&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), port_(other.port_) {}
+    : lock_fd_(std::exchange(other.lock_fd_, -1)), port_(other.port_) {}
 
 PortReservation& PortReservation::operator=(PortReservation&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    lock_fd_ = std::exchange(other.lock_fd_, -1);
     port_ = other.port_;
   }
   return *this;

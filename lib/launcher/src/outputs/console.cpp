@@ -124,4 +124,10 @@ void ConsolePrinter::on_restart(int attempt, const env::JobEnd& cause, env::Seco
   sink_.write(Stream::Err, restart_line(attempt, options_.max_restarts, cause, backoff));
 }
 
+void ConsolePrinter::on_rank_exited(int /*rank*/, const env::ExitStatus& /*status*/, bool /*terminated_by_sgpu*/) {
+  if (++exited_ >= options_.labels.size()) sink_.release();
+}
+
+void ConsolePrinter::on_teardown(const env::JobEnd& /*cause*/) { sink_.release(); }
+
 }  // namespace sgpu::launcher

@@ -2,7 +2,6 @@
 
 #include <sys/ioctl.h>
 #include <unistd.h>
-#include <cerrno>
 
 namespace sgpu::launcher {
 
@@ -18,44 +17,55 @@ std::size_t terminal_width(int fd) {
 }
 }  // namespace
 
-ConsoleSink::ConsoleSink(int out_fd, int err_fd, int status_fd)
-    : fds_{out_fd, err_fd}, terminal_{::isatty(out_fd) == 1, ::isatty(err_fd) == 1}, status_fd_(status_fd) {}
-
-bool ConsoleSink::write_fd(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;  // e.g. `sgpu launch ... | head`: keep running, stop printing
-    }
-    bytes.remove_prefix(static_cast<std::size_t>(n));
+ConsoleSink::ConsoleSink(boost::asio::io_context& io, int out_fd, int err_fd, int status_fd)
+    : terminal_{::isatty(out_fd) == 1, ::isatty(err_fd) == 1}, status_fd_(status_fd) {
+  auto drained = [this] { on_drained(); };
+  writers_[0] = std::make_unique<ConsoleWriter>(io, out_fd, kResumeAt, kLimit, drained);
+  if (err_fd == out_fd) {
+    index_err_ = 0;  // -o json: both streams on stderr, in the order they came
+  } else {
+    writers_[1] = std::make_unique<ConsoleWriter>(io, err_fd, kResumeAt, kLimit, drained);
   }
-  return true;
+  status_writer_ = status_fd == out_fd ? 0 : index_err_;
+}
+
+void ConsoleSink::check_pause() {
+  for (const auto& w : writers_)
+    if (w && w->pending() >= kPauseAt) flow_->pause();
+}
+
+void ConsoleSink::on_drained() {
+  for (const auto& w : writers_)
+    if (w && w->pending() >= kResumeAt) return;
+  if (flow_->paused()) flow_->resume();
 }
 
 void ConsoleSink::write(Stream stream, std::string_view bytes) {
   auto idx = static_cast<std::size_t>(stream == Stream::Out ? 0 : 1);
-  if (broken_[idx] || bytes.empty()) return;
-  int fd = fds_[idx];
+  auto& w = stream_writer(stream);
+  if (w.broken() || bytes.empty()) return;
   if (status_.empty() || !terminal_[idx]) {
-    broken_[idx] = !write_fd(fd, bytes);
-    return;
-  }
-  if (fd == status_fd_) {
+    w.write(bytes);
+  } else if (&w == writers_[status_writer_].get()) {
     // One write: erase the status, the job's lines, the status again.
     combined_.assign(kErase);
     combined_.append(bytes);
     combined_.append(status_);
-    broken_[idx] = !write_fd(fd, combined_);
-    return;
+    w.write(combined_);
+  } else {
+    auto& status = *writers_[status_writer_];
+    status.write(kErase);
+    w.write(bytes);
+    status.write(status_);
   }
-  status_broken_ = status_broken_ || !write_fd(status_fd_, kErase);
-  broken_[idx] = !write_fd(fd, bytes);
-  if (!status_broken_) status_broken_ = !write_fd(status_fd_, status_);
+  check_pause();
 }
 
 void ConsoleSink::set_status(std::string_view text) {
-  if (status_fd_ < 0 || status_broken_) return;
+  if (status_fd_ < 0) return;
+  auto& w = *writers_[status_writer_];
+  // A status line is only worth drawing for a reader that keeps up.
+  if (w.broken() || w.pending() > 0) return;
   // One column short of the width: a line that fills the last column wraps on
   // some terminals, and the erase would then miss its first half.
   auto width = terminal_width(status_fd_);
@@ -64,13 +74,27 @@ void ConsoleSink::set_status(std::string_view text) {
   drawn.append(text);
   if (drawn == status_) return;
   status_ = std::move(drawn);
-  status_broken_ = !write_fd(status_fd_, status_);
+  w.write(status_);
 }
 
 void ConsoleSink::clear_status() {
   if (status_.empty()) return;
   status_.clear();
-  if (!status_broken_) status_broken_ = !write_fd(status_fd_, kErase);
+  writers_[status_writer_]->write(kErase);
+}
+
+void ConsoleSink::release() {
+  for (auto& w : writers_)
+    if (w) w->stop_waiting();
+  flow_->release();
+}
+
+std::size_t ConsoleSink::finish(bool wait) {
+  release();
+  std::size_t dropped = 0;
+  for (auto& w : writers_)
+    if (w) dropped += w->finish(wait);
+  return dropped;
 }
 
 }  // namespace sgpu::launcher

@@ -82,12 +82,12 @@ struct JobOutputs::Impl {
     return hosts;
   }
 
-  static ConsoleSink make_sink(const JobSpec& spec, const env::Environment& e) {
+  static ConsoleSink make_sink(boost::asio::io_context& io, const JobSpec& spec, const env::Environment& e) {
     // With -o json stdout carries the summary alone: the job's lines go to stderr.
     int out_fd = spec.output_format == "json" ? 2 : 1;
     bool dumb = get(e, "TERM") == "dumb";
     bool status = !spec.raw_output && !dumb && ::isatty(2) == 1;
-    return ConsoleSink(out_fd, 2, status ? 2 : -1);
+    return ConsoleSink(io, out_fd, 2, status ? 2 : -1);
   }
 
   static ConsoleOptions console_options(const JobSpec& spec, const LaunchPlan& plan, const env::Environment& e) {
@@ -111,7 +111,7 @@ struct JobOutputs::Impl {
         sgpu_env(e),
         spec(spec_json(job, p)),
         json_output(job.output_format == "json"),
-        sink(make_sink(job, e)),
+        sink(make_sink(io, job, e)),
         run_log(p.run_dir, static_cast<int>(p.ranks.size()), host, rank_hosts(p)),
         state_file(p.run_dir, state_record(job, p, host)),
         console(sink, console_options(job, p, e)) {
@@ -315,8 +315,17 @@ JobObserver& JobOutputs::observer() { return impl_->fanout; }
 int JobOutputs::finish(const JobOutcome& outcome) {
   auto& s = *impl_;
   s.sink.clear_status();
+  // A job that completed waits for the reader to take every line, as a plain
+  // pipe would; one that was stopped (timeout, signal, failure) does not wait:
+  // the run logs keep what the console could not show.
+  auto unshown = s.sink.finish(outcome.end.kind == env::JobEnd::Kind::Completed);
   auto report = s.gather(outcome);
   s.run_log.keep_last_attempt();
+  if (unshown > 0)
+    report.warnings.push_back(fmt::format(
+        "{} bytes of the job's output were not shown: the reader of sgpu's output was not reading; the logs in "
+        "{}/ranks have every line",
+        unshown, s.plan.run_dir));
   auto summary = summary_json(report, s.spec);
   try {
     write_file_atomic((fs::path(s.plan.run_dir) / "summary.json").string(), dump_json(summary));

@@ -1,35 +1,71 @@
 #include "sgpu/launcher/process/rank_process.hpp"
 
-#include "process/child_exec.hpp"
-
-#include <sys/prctl.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <csignal>
+#include <system_error>
 
-#include <boost/process/v2/environment.hpp>
 #include <boost/process/v2/process.hpp>
-#include <boost/process/v2/start_dir.hpp>
-#include <boost/process/v2/stdio.hpp>
+
+#include "process/child_exec.hpp"
+#include "process/spawn.hpp"
 
 namespace sgpu::launcher {
 namespace bp = boost::process::v2;
+
+namespace {
+// Closes what it holds unless released: the fds of a half-made rank.
+struct Fds {
+  int fd[5] = {-1, -1, -1, -1, -1};  // stdout read, write; stderr read, write; stdin (/dev/null)
+  ~Fds() {
+    for (int f : fd)
+      if (f >= 0) ::close(f);
+  }
+};
+
+std::vector<const char*> pointers(const std::vector<std::string>& strings) {
+  std::vector<const char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(s.c_str());
+  out.push_back(nullptr);
+  return out;
+}
+}  // namespace
 
 struct RankProcess::Impl {
   bp::process proc;
 };
 
-RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch) : out_(io), err_(io) {
+RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files)
+    : out_(io), err_(io) {
   auto env_strings = environment_strings(launch.env);
-  std::vector<std::string> args(launch.argv.begin() + (launch.argv.empty() ? 0 : 1), launch.argv.end());
+  auto envp = pointers(env_strings);
+  auto argv = pointers(launch.argv);
+  if (!launch.argv.empty()) argv[0] = launch.argv[0].c_str();
 
-  bp::error_code ec;
-  bp::default_process_launcher launcher;
-  auto proc = launcher(io.get_executor(), ec, bp::filesystem::path(launch.executable), args,
-                       bp::process_stdio{nullptr, out_, err_}, bp::process_environment(env_strings),
-                       bp::process_start_dir(launch.cwd), ChildExecSetup{.parent = ::getpid(), .new_session = true});
-  if (ec) throw std::system_error(ec.value(), std::generic_category(), launch.executable);
-  pid_ = proc.id();
-  impl_ = std::make_unique<Impl>(Impl{std::move(proc)});
+  Fds fds;
+  if (::pipe2(fds.fd, O_CLOEXEC) != 0 || ::pipe2(fds.fd + 2, O_CLOEXEC) != 0 ||
+      (fds.fd[4] = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+    throw std::system_error(errno, std::generic_category(), launch.executable);
+  // Only sgpu's ends: the rank's stay blocking, as a program expects of its stdout.
+  ::fcntl(fds.fd[0], F_SETFL, O_NONBLOCK);
+  ::fcntl(fds.fd[2], F_SETFL, O_NONBLOCK);
+
+  SpawnRequest req;
+  req.path = launch.executable.c_str();
+  req.argv = argv.data();
+  req.envp = envp.data();
+  req.cwd = launch.cwd.empty() ? nullptr : launch.cwd.c_str();
+  req.stdio[0] = fds.fd[4];
+  req.stdio[1] = fds.fd[1];
+  req.stdio[2] = fds.fd[3];
+  req.parent = ::getpid();
+  req.open_files = open_files;
+  auto child = spawn_process(req);
+  pid_ = child.pid;
+  impl_ = std::make_unique<Impl>(Impl{bp::process(io.get_executor(), child.pid, child.pidfd)});
+  out_.assign(std::exchange(fds.fd[0], -1));
+  err_.assign(std::exchange(fds.fd[2], -1));
 }
 
 RankProcess::~RankProcess() {

@@ -1,16 +1,20 @@
 #include "sgpu/launcher/process/supervisor.hpp"
 
 #include "sgpu/launcher/process/job_control.hpp"
+#include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/launcher/process/orphan_guard.hpp"
 
+#include <unistd.h>
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <csignal>
 #include <system_error>
 
 #include <fmt/format.h>
 
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 namespace sgpu::launcher {
@@ -18,6 +22,8 @@ namespace asio = boost::asio;
 
 namespace {
 constexpr std::size_t kReadChunk = 64 * 1024;
+// Ranks started between two turns of the event loop.
+constexpr std::size_t kSpawnBatch = 32;
 // After the last rank exits, how long a pipe may stay open (held by a process
 // that escaped the rank's group) before sgpu stops reading it.
 constexpr auto kDrainLimit = std::chrono::seconds(2);
@@ -27,7 +33,6 @@ struct Supervisor::State : JobControl::Actions {
   struct Rank {
     std::unique_ptr<RankProcess> process;
     RankRecord record;
-    std::array<std::array<char, kReadChunk>, 2> buffers{};
     std::array<bool, 2> open{false, false};
   };
 
@@ -46,6 +51,15 @@ struct Supervisor::State : JobControl::Actions {
   std::function<void(const JobOutcome&)> on_finished;
   int running = 0;
   int open_pipes = 0;
+  std::vector<RankLaunch> launches;  // while spawning: the ranks to start
+  bool spawning = false;
+  rlimit open_files{};                 // sgpu's RLIMIT_NOFILE before raising it: what ranks get
+  std::weak_ptr<OutputFlow> flow;      // the console's backpressure, if any
+  std::array<char, kReadChunk> chunk;  // every pipe is read into this, one at a time
+
+  ~State() {
+    if (auto console = flow.lock()) console->forget_waiting();  // they point into this
+  }
 
   State(asio::io_context& io_, JobObserver& obs, SupervisorOptions opts)
       : io(io_),
@@ -55,7 +69,8 @@ struct Supervisor::State : JobControl::Actions {
                 JobControlOptions{opts.timeout, opts.grace, opts.handle_signals, relaunch ? opts.max_restarts : 0,
                                   opts.restart_backoff},
                 *this),
-        drain_timer(io_) {}
+        drain_timer(io_),
+        flow(obs.output_flow()) {}
 
   // JobControl::Actions: this node's ranks, by process group.
   void signal_job(int sig) override {
@@ -72,19 +87,39 @@ struct Supervisor::State : JobControl::Actions {
     observer.on_restart(attempt, cause, backoff);
   }
 
+  // Reads the pipe into the one buffer all ranks share (no buffer per rank,
+  // so memory does not grow with the ranks); when it is empty, waits until
+  // it is readable. A pipe that had data is read again from the loop's
+  // queue (post), so a busy rank never starves the others or the timers.
   void read(Rank& r, Stream stream) {
-    auto idx = static_cast<std::size_t>(stream == Stream::Out ? 0 : 1);
     auto& pipe = stream == Stream::Out ? r.process->out() : r.process->err();
-    pipe.async_read_some(asio::buffer(r.buffers[idx]),
-                         [this, &r, stream, idx](boost::system::error_code ec, std::size_t n) {
-                           if (n > 0)
-                             observer.on_rank_output(r.record.rank, stream, std::string_view(r.buffers[idx].data(), n));
-                           if (ec) {
-                             close_pipe(r, stream);
-                             return;
-                           }
-                           read(r, stream);
-                         });
+    ssize_t n = 0;
+    while ((n = ::read(pipe.native_handle(), chunk.data(), chunk.size())) < 0 && errno == EINTR) {
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pipe.async_wait(asio::posix::stream_descriptor::wait_read, [this, &r, stream](boost::system::error_code ec) {
+        if (ec) {
+          close_pipe(r, stream);
+          return;
+        }
+        read(r, stream);
+      });
+      return;
+    }
+    if (n > 0)
+      observer.on_rank_output(r.record.rank, stream, std::string_view(chunk.data(), static_cast<std::size_t>(n)));
+    if (n <= 0) {  // end of file, or an error: nothing more comes from this pipe
+      close_pipe(r, stream);
+      return;
+    }
+    // The console's reader lags: read on once it caught up (backpressure).
+    if (auto console = flow.lock(); console && console->paused()) {
+      console->when_open([this, &r, stream] { read(r, stream); });
+      return;
+    }
+    asio::post(io, [this, &r, stream] {
+      if (r.open[stream == Stream::Out ? 0 : 1]) read(r, stream);
+    });
   }
 
   void close_pipe(Rank& r, Stream stream) {
@@ -123,9 +158,57 @@ struct Supervisor::State : JobControl::Actions {
     maybe_finish();
   }
 
+  // Starts ranks from `first` on, a batch at a time, going back to the loop
+  // in between: Ctrl-C or the timeout during a large start act at once, and
+  // the ranks not started yet are not started.
+  void spawn_from(std::size_t first) {
+    std::size_t i = first;
+    for (std::size_t end = std::min(first + kSpawnBatch, launches.size()); i < end && !control.stopping(); ++i)
+      spawn(launches[i]);
+    if (i < launches.size() && !control.stopping()) {
+      asio::post(io, [this, i] { spawn_from(i); });
+      return;
+    }
+    spawning = false;
+    launches = {};
+    maybe_finish();
+  }
+
+  void spawn(const RankLaunch& launch) {
+    auto rank = std::make_unique<Rank>();
+    rank->record.rank = launch.rank;
+    try {
+      rank->process = std::make_unique<RankProcess>(io, launch, &open_files);
+    } catch (const std::system_error& e) {
+      env::JobEnd end;
+      end.kind = env::JobEnd::Kind::SpawnFailed;
+      end.rank = launch.rank;
+      end.spawn_errno = e.code().value();
+      outcome.spawn_error = fmt::format("{}: {}", launch.executable, std::generic_category().message(e.code().value()));
+      end.reason = outcome.spawn_error;
+      control.stop(end, SIGKILL);
+      return;
+    }
+    rank->record.pid = rank->process->pid();
+    guard.watch(rank->record.pid);
+    rank->record.started = Clock::now();
+    rank->open = {true, true};
+    open_pipes += 2;
+    ++running;
+    observer.on_rank_started(launch.rank, rank->record.pid);
+    auto& r = *rank;
+    ranks.push_back(std::move(rank));
+    read(r, Stream::Out);
+    read(r, Stream::Err);
+    r.process->async_wait([this, &r](int status) { on_exit(r, status); });
+  }
+
   void maybe_finish() {
-    if (running > 0 || open_pipes > 0 || finished) return;
+    if (running > 0 || open_pipes > 0 || spawning || finished) return;
     finished = true;
+    // No read waits on the console any more; the flow may outlive this.
+    if (auto console = flow.lock()) console->forget_waiting();
+    flow.reset();
     drain_timer.cancel();
     AttemptOutcome attempt{control.attempt(), outcome.end, {}, attempt_started, Clock::now(), outcome.spawn_error};
     for (auto& r : ranks) attempt.ranks.push_back(r->record);
@@ -153,47 +236,18 @@ struct Supervisor::State : JobControl::Actions {
     outcome.end = {};
     outcome.spawn_error.clear();
     observer.on_attempt_started(control.attempt());
-    spawn(relaunch(control.attempt()));
+    flow = observer.output_flow();  // the console's, if it still takes backpressure
+    start_attempt(relaunch(control.attempt()));
   }
 
-  void spawn(const std::vector<RankLaunch>& launches);
+  // One attempt's ranks, a batch per turn of the loop (spawn_from).
+  void start_attempt(std::vector<RankLaunch> attempt) {
+    attempt_started = Clock::now();
+    launches = std::move(attempt);
+    spawning = true;
+    spawn_from(0);
+  }
 };
-
-void Supervisor::State::spawn(const std::vector<RankLaunch>& launches) {
-  auto& s = *this;
-  s.attempt_started = Clock::now();
-  for (const auto& launch : launches) {
-    auto rank = std::make_unique<State::Rank>();
-    rank->record.rank = launch.rank;
-    try {
-      rank->process = std::make_unique<RankProcess>(s.io, launch);
-    } catch (const std::system_error& e) {
-      env::JobEnd end;
-      end.kind = env::JobEnd::Kind::SpawnFailed;
-      end.rank = launch.rank;
-      end.spawn_errno = e.code().value();
-      s.outcome.spawn_error =
-          fmt::format("{}: {}", launch.executable, std::generic_category().message(e.code().value()));
-      end.reason = s.outcome.spawn_error;
-      s.control.stop(end, SIGKILL);
-      break;
-    }
-    rank->record.pid = rank->process->pid();
-    s.guard.watch(rank->record.pid);
-    rank->record.started = Clock::now();
-    rank->open = {true, true};
-    s.open_pipes += 2;
-    ++s.running;
-    s.observer.on_rank_started(launch.rank, rank->record.pid);
-    auto& r = *rank;
-    s.ranks.push_back(std::move(rank));
-    s.read(r, Stream::Out);
-    s.read(r, Stream::Err);
-    r.process->async_wait([&s, &r](int status) { s.on_exit(r, status); });
-  }
-  s.control.start();
-  s.maybe_finish();
-}
 
 Supervisor::Supervisor(asio::io_context& io, JobObserver& observer, SupervisorOptions options)
     : state_(std::make_unique<State>(io, observer, options)) {}
@@ -220,8 +274,11 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
   auto& s = *state_;
   s.on_finished = std::move(on_finished);
   s.outcome.started = Clock::now();
+  s.open_files = raise_open_files_limit(static_cast<int>(launches.size()));
   s.control.watch_signals();
-  s.spawn(launches);
+  // The timeout and signals act from now on, also while a large job is still starting.
+  s.control.start();
+  s.start_attempt(launches);
 }
 
 }  // namespace sgpu::launcher

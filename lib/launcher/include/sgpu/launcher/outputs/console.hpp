@@ -67,6 +67,11 @@ class ConsolePrinter : public JobObserver {
   void on_rank_output_closed(int rank, Stream stream) override;
   // One line on stderr per restart: which attempt, why, and the wait.
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
+  // Backpressure only while the job runs: once it ends (teardown, or every
+  // rank exited) nothing may wait on the reader.
+  void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;
+  void on_teardown(const env::JobEnd& cause) override;
+  std::shared_ptr<OutputFlow> output_flow() override { return sink_.flow(); }
 
  private:
   bool shown(int rank) const;
@@ -80,6 +85,7 @@ class ConsolePrinter : public JobObserver {
   std::map<std::pair<int, Stream>, std::string> prefixes_;
   std::string out_;        // reused for every chunk: no allocation per read
   std::string timestamp_;  // " 12:00:01.234" for the current chunk
+  std::size_t exited_ = 0;
 };
 
 // ---- implementation of the templates ----

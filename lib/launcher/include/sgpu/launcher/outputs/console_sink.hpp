@@ -3,20 +3,38 @@
 // stderr lines, and the live status line kept below them on a terminal. The
 // status line is erased before any job bytes are written and drawn again
 // after, so it never lands inside a job's line.
+//
+// Writes never block the event loop (ConsoleWriter). While the reader lags
+// by more than kPauseAt bytes, the sink pauses its OutputFlow: the supervisor
+// stops reading the ranks' pipes until the reader catches up. Once the job
+// ends the flow is released and up to kLimit bytes wait for the reader;
+// beyond that the console (never the run logs) drops them, and says so.
 #include <array>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include <boost/asio/io_context.hpp>
+
+#include "sgpu/launcher/outputs/console_writer.hpp"
 #include "sgpu/launcher/process/events.hpp"
+#include "sgpu/launcher/process/output_flow.hpp"
 
 namespace sgpu::launcher {
 
 class ConsoleSink {
  public:
-  // `status_fd` is a terminal to draw the status line on, or -1 for none.
-  ConsoleSink(int out_fd, int err_fd, int status_fd = -1);
+  static constexpr std::size_t kPauseAt = 1 << 20;
+  static constexpr std::size_t kResumeAt = 256 << 10;
+  static constexpr std::size_t kLimit = 64 << 20;
 
-  // Writes `bytes` (whole lines) in full to the stream's descriptor.
+  // `status_fd` is a terminal to draw the status line on (one of the two
+  // others), or -1 for none.
+  ConsoleSink(boost::asio::io_context& io, int out_fd, int err_fd, int status_fd = -1);
+  ConsoleSink(const ConsoleSink&) = delete;  // its writers call back into it
+  ConsoleSink& operator=(const ConsoleSink&) = delete;
+
+  // Queues `bytes` (whole lines) for the stream's descriptor; never blocks.
   void write(Stream stream, std::string_view bytes);
 
   bool has_status() const { return status_fd_ >= 0; }
@@ -25,15 +43,25 @@ class ConsoleSink {
   // Erases the status line for good, e.g. before the final report.
   void clear_status();
 
- private:
-  // False once the reader went away (EPIPE): the job goes on, unprinted.
-  bool write_fd(int fd, std::string_view bytes);
+  const std::shared_ptr<OutputFlow>& flow() const { return flow_; }
+  // The job is ending: no more backpressure, and nothing left on the event
+  // loop for the reader (the loop ends with the job).
+  void release();
+  // Hands the rest to the reader: with `wait`, blocking until it took it all;
+  // without, what it takes now. Returns the bytes the console never showed.
+  std::size_t finish(bool wait);
 
-  std::array<int, 2> fds_;
+ private:
+  ConsoleWriter& stream_writer(Stream stream) { return *writers_[stream == Stream::Out ? 0 : index_err_]; }
+  void on_drained();
+  void check_pause();
+
+  std::shared_ptr<OutputFlow> flow_ = std::make_shared<OutputFlow>();
+  std::array<std::unique_ptr<ConsoleWriter>, 2> writers_;  // [1] is null when stdout and stderr are one fd
+  std::size_t index_err_ = 1;
   std::array<bool, 2> terminal_{false, false};  // only lines bound for a terminal move the status line
-  std::array<bool, 2> broken_{false, false};
   int status_fd_;
-  bool status_broken_ = false;
+  std::size_t status_writer_ = 1;
   std::string status_;    // "\r\x1b[K" + text, as drawn; empty when not shown
   std::string combined_;  // reused: erase + bytes + redraw in one write
 };

@@ -33,6 +33,11 @@ class FanOut : public JobObserver {
   void on_attempt_started(int attempt) override {
     for (auto* o : observers_) o->on_attempt_started(attempt);
   }
+  std::shared_ptr<OutputFlow> output_flow() override {
+    for (auto* o : observers_)
+      if (auto flow = o->output_flow()) return flow;
+    return nullptr;
+  }
 
  private:
   std::vector<JobObserver*> observers_;

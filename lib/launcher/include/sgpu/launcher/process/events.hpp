@@ -2,6 +2,7 @@
 // What the supervisor reports while a job runs. The supervisor only handles
 // processes; observers (console printer, logs, the report) decide what to show.
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -9,6 +10,7 @@
 
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/launcher/process/output_flow.hpp"
 
 namespace sgpu::launcher {
 
@@ -44,6 +46,10 @@ class JobObserver {
   virtual void on_restart(int /*attempt*/, const env::JobEnd& /*cause*/, env::Seconds /*backoff*/) {}
   // Attempt `attempt` (> 0) starts its ranks now; rank events that follow are its.
   virtual void on_attempt_started(int /*attempt*/) {}
+  // The flow an observer pauses when it cannot take output now (the console
+  // with a lagging reader); nullptr: it never does.
+  // Shared: the supervisor may outlive the console, and the reverse.
+  virtual std::shared_ptr<OutputFlow> output_flow() { return nullptr; }
 };
 
 }  // namespace sgpu::launcher

@@ -1,0 +1,33 @@
+#pragma once
+// Starting a child without fork's cost: clone(CLONE_VM | CLONE_VFORK), as
+// posix_spawn does, so nothing of sgpu's memory or event loop is copied and
+// the time to start a rank does not grow with the ranks already running.
+// posix_spawn itself cannot set PR_SET_PDEATHSIG, hence this. Internal to
+// lib/launcher.
+#include <sys/resource.h>
+#include <sys/types.h>
+
+namespace sgpu::launcher {
+
+struct SpawnRequest {
+  const char* path = nullptr;          // absolute
+  const char* const* argv = nullptr;   // argv[0] included, null-terminated
+  const char* const* envp = nullptr;   // "NAME=value", null-terminated
+  const char* cwd = nullptr;           // nullptr: sgpu's own
+  int stdio[3] = {-1, -1, -1};         // the child's fds 0, 1, 2
+  pid_t parent = 0;                    // PR_SET_PDEATHSIG(SIGKILL) tied to this pid; 0: none
+  const rlimit* open_files = nullptr;  // RLIMIT_NOFILE to give the child (sgpu's before raising it)
+};
+
+struct Spawned {
+  pid_t pid = -1;
+  int pidfd = -1;  // owned by the caller
+};
+
+// Starts the child in its own process group with every other fd closed, all
+// signals unblocked and at their defaults (SIGPIPE included); returns once it
+// has exec'd. Throws std::system_error with the errno of the step that
+// failed (chdir, exec: ENOENT, EACCES...), the child then reaped.
+Spawned spawn_process(const SpawnRequest& request);
+
+}  // namespace sgpu::launcher

@@ -1,0 +1,30 @@
+"""Rank 0 binds MASTER_PORT the plain way (no SO_REUSEADDR), as any server
+outside torch would, and listens; rank 1 connects and both write the port to
+$OUT_DIR/<rank>.txt. Rank 1 retries a refused connection while rank 0 is
+still starting, as a client of any rendezvous does."""
+import os
+import socket
+import time
+
+rank = int(os.environ["RANK"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+if rank == 0:
+    with socket.socket() as s:
+        s.bind((addr, port))
+        s.listen()
+        conn, _ = s.accept()
+        with conn:
+            conn.sendall(b"hello")
+else:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection((addr, port)) as c:
+                assert c.recv(5) == b"hello"
+            break
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+with open(os.path.join(os.environ["OUT_DIR"], f"{rank}.txt"), "w") as f:
+    f.write(str(port))

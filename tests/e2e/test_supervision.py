@@ -1,0 +1,146 @@
+"""Supervision that never stalls: a reader that stops reading, MASTER_PORT
+that any program can bind, a thousand ranks on one node, Ctrl-C during a
+large start. Each drives the real binary."""
+import json
+import os
+import resource
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import TORCH_PYTHON, python_program
+from test_output import lossless, log, run_dir
+
+
+def no_python(*program):
+    return ["--no-python", TORCH_PYTHON, "-S", "-u", *program]
+
+
+def test_the_timeout_holds_while_nobody_reads_stdout(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    unread, stdout = os.pipe()  # sgpu's stdout: never read while it runs
+    with open(tmp_path / "stderr", "wb") as stderr:
+        start = time.monotonic()
+        p = subprocess.Popen([sgpu.bin, "launch", "--nproc", "2", "--timeout", "3s",
+                              *no_python(python_program("lossless.py"), "400000", "forever")],
+                             env=env, cwd=sgpu.cwd, stdout=stdout, stderr=stderr)
+        os.close(stdout)
+        try:
+            code = p.wait(timeout=30)
+        finally:
+            p.kill()
+            os.close(unread)
+    elapsed = time.monotonic() - start
+    err = (tmp_path / "stderr").read_text(errors="replace")
+    assert code == 124, err[-2000:]
+    assert elapsed < 5, elapsed  # 3 s and the teardown: not held by the reader
+    assert "bytes of the job's output were not shown" in err
+    for r in range(2):
+        # The console could not show it all, the logs still have every byte the rank wrote.
+        blob = lossless.data(r, "o", 400_000)
+        got = log(sgpu, r, "stdout")
+        counted = int((out / f"count-{r}-o").read_text())
+        assert counted <= len(got) <= counted + 20_000, (r, counted, len(got))
+        assert got == (blob * (len(got) // len(blob) + 1))[:len(got)]
+
+
+def test_a_slow_reader_gets_every_line_and_holds_the_ranks_back(sgpu, tmp_path):
+    # 40 MB from one rank into a pipe read only after a pause: sgpu buffers at
+    # most a few MB, so the rank must have waited for the reader.
+    script = "import sys\nfor i in range(400_000): sys.stdout.write(f'{i:099d}\\n')\n"
+    p = subprocess.Popen([sgpu.bin, "launch", "--nproc", "1", *no_python("-c", script)], env=sgpu.env, cwd=sgpu.cwd,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    first = b""
+    while len(first) < 1 << 20:  # then stop reading for a while: the rank blocks
+        first += p.stdout.read(1 << 20)
+    time.sleep(0.5)  # the reader's stall itself, not a wait for state
+    pid_status = open(f"/proc/{p.pid}/status").read()
+    rss_kb = int(next(line for line in pid_status.splitlines() if line.startswith("VmRSS")).split()[1])
+    rest, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err[-2000:]
+    lines = (first + rest).decode().splitlines()
+    assert lines == [f"[0] {i:099d}" for i in range(400_000)]
+    assert rss_kb < 32 * 1024, rss_kb
+
+
+def test_a_reader_that_goes_away_stops_the_console_not_the_job(sgpu):
+    res = subprocess.run(f"'{sgpu.bin}' launch --nproc 2 --no-python sh -c 'seq 100000; echo done >&2' | head -1",
+                         shell=True, env=sgpu.env, cwd=sgpu.cwd, capture_output=True, text=True, timeout=60)
+    assert res.stdout.startswith("[")
+    assert "2 ranks exited 0" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("jobs", [20, 50])
+def test_concurrent_jobs_get_distinct_ports_that_a_plain_bind_accepts(sgpu, tmp_path, jobs):
+    procs = []
+    for j in range(jobs):
+        out = tmp_path / f"job{j}"
+        out.mkdir()
+        env = dict(sgpu.env, OUT_DIR=str(out))
+        procs.append((out, sgpu.popen("launch", "--nproc", 2, *no_python(python_program("plain_bind.py")), env=env)))
+    ports = []
+    for out, p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        port = (out / "0.txt").read_text()
+        assert (out / "1.txt").read_text() == port
+        ports.append(int(port))
+    assert len(set(ports)) == jobs
+    low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    assert all(not low <= port <= high for port in ports)  # never one the kernel hands out on its own
+
+
+def soft_open_files(limit, hard=None):
+    def apply():
+        _, h = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard if hard is not None else h))
+    return apply
+
+
+def test_a_thousand_ranks_on_one_node(sgpu):
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 7000:
+        pytest.skip(f"the hard open-files limit here is {hard}")
+    # The usual soft limit of 1024: sgpu raises its own, ranks keep 1024.
+    script = 'test "$(ulimit -n)" = 1024'
+    p = subprocess.run([sgpu.bin, "launch", "--nproc", "1000", "-o", "json", "--no-python", "sh", "-c", script],
+                       env=sgpu.env, cwd=sgpu.cwd, capture_output=True, text=True, timeout=300,
+                       preexec_fn=soft_open_files(1024))
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert len(doc["ranks"]) == 1000
+    assert all(r["exit_code"] == 0 for r in doc["ranks"])
+
+
+def test_too_low_a_hard_limit_is_a_clear_error(sgpu):
+    p = subprocess.run([sgpu.bin, "launch", "--nproc", "500", "--no-python", "true"], env=sgpu.env, cwd=sgpu.cwd,
+                       capture_output=True, text=True, timeout=60, preexec_fn=soft_open_files(256, 256))
+    assert p.returncode == 2, p.stderr
+    assert "500 ranks on this node need about 3064 open files, but the hard limit (ulimit -Hn) is 256" in p.stderr
+
+
+def test_ctrl_c_during_a_large_start_acts_at_once(sgpu):
+    ranks = 3000
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 6 * ranks + 64:
+        pytest.skip(f"the hard open-files limit here is {hard}")
+    p = subprocess.Popen([sgpu.bin, "launch", "--nproc", str(ranks), "--no-python", "sh", "-c", "echo up; exec sleep 60"],
+                         env=sgpu.env, cwd=sgpu.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().endswith("up\n")  # a rank runs: the start is under way
+        start = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        elapsed = time.monotonic() - start
+    finally:
+        p.kill()
+    assert p.returncode == 130, err[-2000:]
+    with open(os.path.join(run_dir(sgpu), "summary.json")) as f:
+        doc = json.load(f)
+    started = [r for r in doc["ranks"] if r["pid"] is not None]
+    assert 0 < len(started) < ranks
+    assert elapsed < 10, elapsed

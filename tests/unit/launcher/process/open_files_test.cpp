@@ -1,0 +1,25 @@
+#include <doctest/doctest.h>
+
+#include "sgpu/launcher/process/open_files.hpp"
+
+using namespace sgpu::launcher;
+
+TEST_CASE("launcher::open_files_needed") {
+  CHECK(open_files_needed(0) == 64);
+  CHECK(open_files_needed(1) == 70);
+  CHECK(open_files_needed(1000) == 6064);
+}
+
+TEST_CASE("launcher::raised_soft_limit") {
+  SUBCASE("raised to what is needed") {
+    CHECK(raised_soft_limit(1024, 524288, 6064) == 6064);
+    CHECK(raised_soft_limit(1024, RLIM_INFINITY, 6064) == 6064);
+  }
+  SUBCASE("never above the hard limit: the caller reports the shortfall") {
+    CHECK(raised_soft_limit(1024, 4096, 6064) == 4096);
+  }
+  SUBCASE("never lowered") {
+    CHECK(raised_soft_limit(65536, 524288, 6064) == 65536);
+    CHECK(raised_soft_limit(RLIM_INFINITY, RLIM_INFINITY, 6064) == RLIM_INFINITY);
+  }
+}
