@@ -147,9 +147,10 @@ std::string format_rank_table(const RunReport& report, std::size_t max_rows) {
 std::string format_report(const RunReport& report) {
   std::string out;
   for (const auto& w : report.warnings) out += fmt::format("sgpu: warning: {}\n", w);
-  if (report.end.kind == Kind::Completed) return out + headline(report) + "\n";
+  auto tracked = report.mlflow ? fmt::format("sgpu: mlflow run {}\n", report.mlflow->url) : std::string();
+  if (report.end.kind == Kind::Completed) return out + headline(report) + "\n" + tracked;
   out += headline(report) + "\n";
-  if (report.end.kind == Kind::SpawnFailed && report.ranks.size() <= 1) return out;
+  if (report.end.kind == Kind::SpawnFailed && report.ranks.size() <= 1) return out + tracked;
   out += format_rank_table(report);
   if (const auto& cause = report.root_cause; cause && cause->kind == Kind::RankFailed) {
     out += fmt::format("sgpu: root cause: {}\n", cause->message);
@@ -165,7 +166,7 @@ std::string format_report(const RunReport& report) {
   }
   out += fmt::format("sgpu: logs: {}/ranks/<rank>/{{stdout,stderr}}; summary: {}/summary.json\n", report.run_dir,
                      report.run_dir);
-  return out;
+  return out + tracked;
 }
 
 }  // namespace sgpu::launcher

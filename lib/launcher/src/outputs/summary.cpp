@@ -112,6 +112,8 @@ json summary_json(const RunReport& report, const json& spec) {
       {"results", results},
       {"root_cause", root_cause_json(report)},
       {"warnings", report.warnings},
+      {"mlflow", report.mlflow ? nlohmann::ordered_json{{"run_id", report.mlflow->run_id}, {"url", report.mlflow->url}}
+                               : nlohmann::ordered_json(nullptr)},
   };
 }
 

@@ -39,6 +39,12 @@ struct RootCause {
   std::optional<ErrorFileRecord> record;  // the rank's error file, when it wrote one
 };
 
+// The MLflow run the launch was tracked as (README "Experiment tracking").
+struct TrackingLink {
+  std::string run_id;
+  std::string url;
+};
+
 struct RunReport {
   std::string run_id;
   std::string run_dir;
@@ -50,6 +56,7 @@ struct RunReport {
   std::vector<RankReport> ranks;  // every rank of the job, in rank order
   std::optional<RootCause> root_cause;
   std::vector<std::string> warnings;  // e.g. a log file that could not be written in full
+  std::optional<TrackingLink> mlflow;  // nullopt: not tracked
 };
 
 // "ok", "failed", "terminated_by_sgpu", "not_started", "lost" (started on a
