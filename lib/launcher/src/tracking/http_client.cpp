@@ -112,7 +112,8 @@ struct Call : std::enable_shared_from_this<Call> {
     message.version(11);
     auto port = client->server.port;
     bool default_port = port == (client->server.tls ? 443 : 80);
-    message.set(http::field::host, default_port ? client->server.host : fmt::format("{}:{}", client->server.host, port));
+    message.set(http::field::host,
+                default_port ? client->server.host : fmt::format("{}:{}", client->server.host, port));
     message.set(http::field::user_agent, "sgpu");
     message.set(http::field::accept, "application/json");
     if (!client->authorization.empty()) message.set(http::field::authorization, client->authorization);

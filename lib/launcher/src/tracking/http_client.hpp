@@ -20,9 +20,9 @@ struct TlsOptions {
 };
 
 struct HttpResult {
-  int status = 0;      // the HTTP status; 0 when no answer came
-  std::string body;    // the answer's body
-  std::string error;   // why no answer came: "connection refused", "no answer within 5s"
+  int status = 0;     // the HTTP status; 0 when no answer came
+  std::string body;   // the answer's body
+  std::string error;  // why no answer came: "connection refused", "no answer within 5s"
   bool timed_out = false;
 };
 
@@ -48,6 +48,7 @@ class HttpClient {
   const ServerUrl& server() const;
 
  private:
+  friend struct Call;  // one request in flight (http_client.cpp)
   struct State;
   std::shared_ptr<State> state_;
 };

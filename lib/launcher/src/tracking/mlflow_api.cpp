@@ -32,8 +32,8 @@ bool iequals_prefix(std::string_view text, std::string_view prefix) {
 }
 
 Request post(const ServerUrl& server, std::string_view call, const json& body) {
-  return {"POST", fmt::format("{}{}{}", server.base_path, kApi, call), body.dump(-1, ' ', false, json::error_handler_t::replace),
-          "application/json", std::string(call)};
+  return {"POST", fmt::format("{}{}{}", server.base_path, kApi, call),
+          body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json", std::string(call)};
 }
 
 // Cut at a UTF-8 character boundary, so the server gets valid text.
@@ -172,8 +172,9 @@ std::string url_encode(std::string_view text) {
 }
 
 Request get_experiment_by_name(const ServerUrl& server, std::string_view name) {
-  return {"GET", fmt::format("{}{}experiments/get-by-name?experiment_name={}", server.base_path, kApi, url_encode(name)),
-          "", "", "experiments/get-by-name"};
+  return {"GET",
+          fmt::format("{}{}experiments/get-by-name?experiment_name={}", server.base_path, kApi, url_encode(name)), "",
+          "", "experiments/get-by-name"};
 }
 
 Request create_experiment(const ServerUrl& server, std::string_view name) {

@@ -49,12 +49,14 @@ std::optional<MlflowConfig> mlflow_config(const JobSpec& spec, const env::Enviro
     auto origin = spec.origins.find("mlflow.uri");
     bool from_variable = origin == spec.origins.end() || origin->second.starts_with("MLFLOW_TRACKING_URI");
     if (!from_variable)
-      throw Error(fmt::format("{}: '{}' is not an MLflow tracking server; give its http:// or https:// URL "
-                              "(http://127.0.0.1:5000), or --no-mlflow",
-                              where_set(spec, "mlflow.uri", "--mlflow"), shown));
-    warnings.push_back(fmt::format("MLFLOW_TRACKING_URI={} is not an http(s) server, which is all sgpu tracks "
-                                   "runs on: this launch is not tracked (--no-mlflow says so quietly)",
-                                   shown));
+      throw Error(
+          fmt::format("{}: '{}' is not an MLflow tracking server; give its http:// or https:// URL "
+                      "(http://127.0.0.1:5000), or --no-mlflow",
+                      where_set(spec, "mlflow.uri", "--mlflow"), shown));
+    warnings.push_back(
+        fmt::format("MLFLOW_TRACKING_URI={} is not an http(s) server, which is all sgpu tracks "
+                    "runs on: this launch is not tracked (--no-mlflow says so quietly)",
+                    shown));
     return std::nullopt;
   }
   MlflowConfig c;

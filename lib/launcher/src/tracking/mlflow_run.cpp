@@ -115,7 +115,8 @@ std::string git_commit(const std::string& dir) {
       if (is_commit(head)) return head;  // detached
       if (!head.starts_with("ref: ")) return "";
       auto common = read_first_line(git_dir / "commondir");
-      fs::path common_dir = common.empty() ? git_dir : (fs::path(common).is_relative() ? git_dir / common : common);
+      fs::path common_dir =
+          common.empty() ? git_dir : (fs::path(common).is_relative() ? git_dir / common : fs::path(common));
       auto ref = head.substr(5);
       auto commit = resolve_ref(git_dir, ref);
       return commit.empty() ? resolve_ref(common_dir, ref) : commit;

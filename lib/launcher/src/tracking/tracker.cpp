@@ -50,7 +50,8 @@ struct MlflowTracker::Impl {
   Impl(boost::asio::io_context& i, MlflowConfig c)
       : io(i),
         config(std::move(c)),
-        client(i, *mlflow::parse_server_url(config.uri), mlflow::authorization(config.token, config.username, config.password),
+        client(i, *mlflow::parse_server_url(config.uri),
+               mlflow::authorization(config.token, config.username, config.password),
                {config.insecure_tls, config.ca_file}) {}
 
   std::string server() const { return client.server().display(); }
@@ -108,7 +109,7 @@ struct MlflowTracker::Impl {
 
   // --- begin: experiment, run, params ---
 
-  void with_experiment(const RunDescription& job, std::function<void(std::string)> next) {
+  void with_experiment(std::function<void(std::string)> next) {
     auto server_url = client.server();
     if (!config.experiment_name.empty()) {
       ++in_flight;  // the look-up may be answered with 404 and need a create
@@ -147,24 +148,25 @@ struct MlflowTracker::Impl {
     auto tags = mlflow::run_tags(job, mlflow::git_commit(job.cwd), config.parent_run_id);
     auto name = config.run_name.empty() ? job.sgpu_run_id : config.run_name;
     auto start = mlflow::epoch_ms(Clock::now());
-    call(mlflow::create_run(server_url, experiment_id, name, start, tags), [this, job, server_url](const HttpResult& r) {
-      auto info = mlflow::parse_run_info(r.body);
-      if (!info) {
-        failure = "runs/create: an answer without a run id";
-        return;
-      }
-      TrackedRun t;
-      t.run_id = info->run_id;
-      t.experiment_id = info->experiment_id;
-      t.url = mlflow::run_link(server_url, info->experiment_id, info->run_id);
-      t.env = {{"MLFLOW_TRACKING_URI", config.uri},
-               {"MLFLOW_RUN_ID", info->run_id},
-               {"MLFLOW_EXPERIMENT_ID", info->experiment_id}};
-      artifact_uri = info->artifact_uri;
-      run = std::move(t);
-      for (auto& batch : mlflow::log_batches(server_url, info->run_id, {}, mlflow::run_params(job), {}))
-        call(std::move(batch), nullptr);
-    });
+    call(mlflow::create_run(server_url, experiment_id, name, start, tags),
+         [this, job, server_url](const HttpResult& r) {
+           auto info = mlflow::parse_run_info(r.body);
+           if (!info) {
+             failure = "runs/create: an answer without a run id";
+             return;
+           }
+           TrackedRun t;
+           t.run_id = info->run_id;
+           t.experiment_id = info->experiment_id;
+           t.url = mlflow::run_link(server_url, info->experiment_id, info->run_id);
+           t.env = {{"MLFLOW_TRACKING_URI", config.uri},
+                    {"MLFLOW_RUN_ID", info->run_id},
+                    {"MLFLOW_EXPERIMENT_ID", info->experiment_id}};
+           artifact_uri = info->artifact_uri;
+           run = std::move(t);
+           for (auto& batch : mlflow::log_batches(server_url, info->run_id, {}, mlflow::run_params(job), {}))
+             call(std::move(batch), nullptr);
+         });
   }
 };
 
@@ -176,7 +178,7 @@ MlflowTracker::~MlflowTracker() = default;
 std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
   auto& s = *impl_;
   s.start_phase();
-  s.with_experiment(job, [&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
+  s.with_experiment([&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
   s.wait();
   if (!s.run) {
     s.warn(s.failure + "; the job runs untracked");
@@ -210,9 +212,10 @@ void MlflowTracker::end(const RunEnd& end) {
   }
   s.wait();
   if (!proxied)
-    s.warn(fmt::format("stores this run's artifacts at {}, not behind its artifact proxy (mlflow-artifacts:/); "
-                       "sgpu uploads none (run the server with --serve-artifacts)",
-                       s.artifact_uri));
+    s.warn(
+        fmt::format("stores this run's artifacts at {}, not behind its artifact proxy (mlflow-artifacts:/); "
+                    "sgpu uploads none (run the server with --serve-artifacts)",
+                    s.artifact_uri));
   if (!s.failure.empty()) s.warn(s.failure + fmt::format(" (run {})", s.run->url));
 }
 

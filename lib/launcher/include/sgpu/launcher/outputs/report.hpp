@@ -55,7 +55,7 @@ struct RunReport {
   std::optional<env::Seconds> timeout;
   std::vector<RankReport> ranks;  // every rank of the job, in rank order
   std::optional<RootCause> root_cause;
-  std::vector<std::string> warnings;  // e.g. a log file that could not be written in full
+  std::vector<std::string> warnings;   // e.g. a log file that could not be written in full
   std::optional<TrackingLink> mlflow;  // nullopt: not tracked
 };
 

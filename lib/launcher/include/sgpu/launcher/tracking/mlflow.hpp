@@ -69,8 +69,8 @@ RunDescription describe_run(const JobSpec& spec, const LaunchPlan& plan, const e
 struct TrackedRun {
   std::string run_id;
   std::string experiment_id;
-  std::string url;         // the run's page in the MLflow UI
-  env::Environment env;    // MLFLOW_TRACKING_URI, MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_ID for every rank
+  std::string url;       // the run's page in the MLflow UI
+  env::Environment env;  // MLFLOW_TRACKING_URI, MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_ID for every rank
 };
 
 // How the job ended, for the run's metrics, artifacts and status.
