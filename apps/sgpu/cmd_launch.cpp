@@ -22,6 +22,7 @@
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/launcher/spec/spec_load.hpp"
+#include "sgpu/launcher/tracking/mlflow.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
 #include "ssh_launch.hpp"
 
@@ -174,6 +175,8 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   // Validate the whole plan before touching the disk.
   in.run_dir = (std::filesystem::absolute(root) / in.run_id).string();
   auto plan = launcher::make_plan(spec, in);
+  std::vector<std::string> tracking_warnings;
+  auto tracking = launcher::mlflow_config(spec, inherited, tracking_warnings);
   launcher::create_run_dir(root, in.run_id, ranks);
 
   if (plan.omp_defaulted && ranks > 1)
@@ -186,9 +189,24 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
 
   std::signal(SIGPIPE, SIG_IGN);
   boost::asio::io_context io(1);
+  // MLflow: the run exists before any rank starts, and every rank logs into it.
+  for (const auto& w : tracking_warnings) fmt::print(stderr, "sgpu: warning: {}\n", w);
+  std::optional<launcher::MlflowTracker> tracker;
+  std::optional<launcher::TrackedRun> tracked;
+  if (tracking) {
+    tracker.emplace(io, std::move(*tracking));
+    tracked = tracker->begin(launcher::describe_run(spec, plan, inherited));
+    if (tracked)
+      for (auto& launch : launches)
+        for (const auto& [name, value] : tracked->env) launch.env[name] = value;
+  }
   launcher::JobOutputs outputs(io, spec, plan, inherited);
+  if (tracked) outputs.set_tracking({tracked->run_id, tracked->url});
   launcher::Supervisor supervisor(io, outputs.observer(), {plan.timeout, plan.grace});
-  return outputs.finish(supervisor.run(launches));
+  auto outcome = supervisor.run(launches);
+  int code = outputs.finish(outcome);
+  if (tracker) tracker->end(launcher::describe_end(outcome, plan));
+  return code;
 }
 
 }  // namespace
