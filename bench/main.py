@@ -20,6 +20,7 @@ import multinode
 import output
 import rendezvous
 import report
+import tracking
 from peers import ENV_NOTE, Context, base_env
 
 SECTIONS = {
@@ -30,6 +31,7 @@ SECTIONS = {
     "footprint": footprint.run,
     "rendezvous": rendezvous.run,
     "multinode": multinode.run,
+    "tracking": tracking.run,
 }
 
 METHOD = """\
