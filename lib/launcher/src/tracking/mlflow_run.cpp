@@ -98,8 +98,11 @@ std::vector<Metric> end_metrics(const RunEnd& run) {
 }
 
 std::string git_commit(const std::string& dir) {
-  std::error_code ec;
-  for (fs::path at = fs::absolute(dir, ec); !ec && !at.empty(); at = at.parent_path()) {
+  std::error_code absolute_ec;
+  auto start = fs::absolute(dir, absolute_ec);
+  if (absolute_ec) return "";
+  std::error_code ec;  // not found is no error here: look in the parent
+  for (fs::path at = start; !at.empty(); at = at.parent_path()) {
     auto dot_git = at / ".git";
     fs::path git_dir;
     if (fs::is_directory(dot_git, ec)) {
