@@ -14,9 +14,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from ports import free_port_block  # noqa: E402
 
-# The basic-auth app's first administrator (MLflow's default basic_auth.ini).
+# The basic-auth app's first administrator: a fresh password per process (MLflow refuses its old default).
 ADMIN_USER = "admin"
-ADMIN_PASSWORD = "password1234"
+ADMIN_PASSWORD = "sgpu-" + os.urandom(12).hex()
 
 
 def venv_python():
@@ -67,6 +67,7 @@ class MlflowServer:
                            f"admin_username = {ADMIN_USER}\nadmin_password = {ADMIN_PASSWORD}\n"
                            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
             env["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
+            env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = os.urandom(16).hex()  # CSRF protection of the auth app
             cmd += ["--app-name", "basic-auth"]
         started = time.monotonic()
         self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,

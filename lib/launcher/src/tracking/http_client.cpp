@@ -30,8 +30,8 @@ std::chrono::milliseconds backoff(int attempt) { return std::chrono::millisecond
 bool retriable(int status) { return status == 429 || status == 502 || status == 503 || status == 504; }
 
 std::string seconds_text(std::chrono::steady_clock::duration d) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-  return ms % 1000 == 0 ? fmt::format("{}s", ms / 1000) : fmt::format("{:.1f}s", static_cast<double>(ms) / 1000);
+  auto tenths = (std::chrono::duration_cast<std::chrono::milliseconds>(d).count() + 50) / 100;
+  return fmt::format("{:g}s", static_cast<double>(tenths) / 10);  // "1s", "2.5s"
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/secrets.hpp"
@@ -95,6 +96,17 @@ std::vector<Metric> end_metrics(const RunEnd& run) {
   for (const auto& r : run.ranks)
     if (r.pid > 0) metrics.push_back({"sgpu.rank_duration_s", duration_seconds(r.started, r.ended), now, r.rank});
   return metrics;
+}
+
+std::string masked_artifact(std::string_view name, std::string text) {
+  if (name != "spec.json" && name != "summary.json") return text;
+  auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) return text;
+  auto* spec = name == "spec.json" ? &doc : (doc.contains("spec") ? &doc["spec"] : nullptr);
+  if (spec == nullptr || !spec->is_object() || !spec->contains("env") || !(*spec)["env"].is_object()) return text;
+  for (auto& [key, value] : (*spec)["env"].items())
+    if (value.is_string()) value = env::mask_secret(key, value.get<std::string>());
+  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 std::string git_commit(const std::string& dir) {

@@ -23,6 +23,11 @@ std::vector<Metric> end_metrics(const RunEnd& run);
 
 std::int64_t epoch_ms(Clock::time_point t);
 
+// spec.json or summary.json as uploaded: the spec's [env] values masked as
+// the dry run masks them (the run directory keeps them whole). Text that is
+// not such a document is returned as it is.
+std::string masked_artifact(std::string_view name, std::string text);
+
 // The commit checked out in `dir` or the nearest directory above it that is
 // a git work tree (worktrees and packed refs too); "" when there is none.
 // Reads .git; runs nothing.

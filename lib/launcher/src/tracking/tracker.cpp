@@ -101,6 +101,7 @@ struct MlflowTracker::Impl {
     io.restart();
     while (in_flight > 0 && io.run_one() > 0) {
     }
+    io.restart();  // run_one() may have stopped it for want of work: the Supervisor runs it next
   }
 
   void start_phase() {
@@ -204,7 +205,8 @@ void MlflowTracker::end(const RunEnd& end) {
   for (const auto& [path, name] : end.artifacts) {
     auto bytes = read_whole(path);
     if (!bytes) continue;
-    auto put = mlflow::upload_artifact(server_url, s.artifact_uri, name, std::move(*bytes));
+    auto put =
+        mlflow::upload_artifact(server_url, s.artifact_uri, name, mlflow::masked_artifact(name, std::move(*bytes)));
     if (!put) {
       proxied = false;
       break;

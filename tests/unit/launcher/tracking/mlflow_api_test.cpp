@@ -370,3 +370,21 @@ TEST_CASE("mlflow::git_commit") {
   }
   fs::remove_all(root);
 }
+
+TEST_CASE("mlflow::masked_artifact") {
+  SUBCASE("spec.json: the [env] secrets") {
+    auto out = json::parse(masked_artifact("spec.json", R"({"env": {"HF_TOKEN": "t", "A": "b"}, "x": 1})"));
+    CHECK(out["env"]["HF_TOKEN"] == "****");
+    CHECK(out["env"]["A"] == "b");
+    CHECK(out["x"] == 1);
+  }
+  SUBCASE("summary.json: the spec inside it") {
+    auto out = json::parse(masked_artifact("summary.json", R"({"spec": {"env": {"DB_PASSWORD": "p"}}})"));
+    CHECK(out["spec"]["env"]["DB_PASSWORD"] == "****");
+  }
+  SUBCASE("anything else as it is") {
+    CHECK(masked_artifact("ranks/0/stdout", R"({"env": {"HF_TOKEN": "t"}})") == R"({"env": {"HF_TOKEN": "t"}})");
+    CHECK(masked_artifact("spec.json", "not json") == "not json");
+    CHECK(masked_artifact("summary.json", R"({"spec": null})") == R"({"spec": null})");
+  }
+}
