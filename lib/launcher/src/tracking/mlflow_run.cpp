@@ -106,6 +106,15 @@ std::string masked_artifact(std::string_view name, std::string text) {
   if (spec == nullptr || !spec->is_object() || !spec->contains("env") || !(*spec)["env"].is_object()) return text;
   for (auto& [key, value] : (*spec)["env"].items())
     if (value.is_string()) value = env::mask_secret(key, value.get<std::string>());
+  auto mask_list = [](nlohmann::ordered_json& list) {
+    if (!list.is_array()) return;
+    std::vector<std::string> words;
+    for (const auto& w : list) words.push_back(w.is_string() ? w.get<std::string>() : w.dump());
+    list = mask_arguments(words);
+  };
+  if (spec->contains("argv")) mask_list((*spec)["argv"]);
+  if (spec->contains("entrypoint") && (*spec)["entrypoint"].is_object() && (*spec)["entrypoint"].contains("args"))
+    mask_list((*spec)["entrypoint"]["args"]);
   return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
