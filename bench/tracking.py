@@ -34,7 +34,7 @@ def one_launch(ctx, row):
         stderr = f.read()
     if run.returncode != 0 or run.timed_out:
         row.fail(f"{describe_exit(run.returncode)}: {tail(err)}")
-    elif row.peer.name.endswith("tracked") and ("sgpu: mlflow run " not in stderr or "warning" in stderr):
+    elif row.peer.name == "sgpu, tracked" and ("sgpu: mlflow run " not in stderr or "warning" in stderr):
         row.fail(f"the run was not tracked: {tail(err)}")
     else:
         row.values.append(run.wall)
@@ -46,7 +46,7 @@ def python_client(ctx, row):
     if p.returncode != 0:
         row.fail(f"{describe_exit(p.returncode)}: {p.stderr.strip()[-300:]}")
         return
-    row.values += json.loads(p.stdout)
+    row.values += json.loads(p.stdout.strip().splitlines()[-1])  # MLflow prints run links before it
 
 
 def run(ctx):
