@@ -22,6 +22,7 @@ import python_api
 import rendezvous
 import report
 import runs
+import tracking
 from peers import ENV_NOTE, Context, base_env
 
 SECTIONS = {
@@ -34,6 +35,7 @@ SECTIONS = {
     "multinode": multinode.run,
     "python": python_api.run,
     "runs": runs.run,
+    "tracking": tracking.run,
 }
 
 METHOD = """\

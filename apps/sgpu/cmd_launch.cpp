@@ -75,8 +75,9 @@ launcher::ResolvedSpec resolve(const LaunchFlags& f, const std::vector<std::stri
   std::vector<launcher::FlagValue> given;
   for (const auto& slot : f.slots)
     if (slot.option->count() > 0)
-      given.push_back(
-          {slot.key, slot.flag, slot.key->kind == launcher::ValueKind::Bool ? "true" : slot.text, slot.items});
+      given.push_back({slot.key, slot.flag,
+                       slot.key->kind == launcher::ValueKind::Bool ? std::string(slot.key->flag_value) : slot.text,
+                       slot.items});
   layers.push_back(launcher::command_line_layer(given, words));
   layers.push_back(launcher::set_layer(f.sets));
   auto resolved = launcher::resolve_spec(layers);

@@ -17,6 +17,7 @@
 #include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/detach.hpp"
+#include "sgpu/launcher/tracking/mlflow.hpp"
 
 namespace sgpu::launcher {
 namespace {
@@ -77,11 +78,37 @@ int launch(LaunchRequest request) {
     ctx.run_dir_made = [](const LaunchContext& c) { detach_run(c.run_id, c.run_dir, c.spec.output_format == "json"); };
   }
   std::signal(SIGPIPE, SIG_IGN);
+  // MLflow: the run is created just before the ranks start, every rank gets
+  // its variables, and it is ended (status, metrics, artifacts) after the
+  // summary; each step bounded by mlflow.timeout, a failing server only warned about.
+  std::vector<std::string> tracking_warnings;
+  auto tracking = mlflow_config(ctx.spec, ctx.inherited, tracking_warnings);  // a bad --mlflow is 2
+  for (const auto& w : tracking_warnings) fmt::print(stderr, "sgpu: warning: {}\n", w);
+  boost::asio::io_context tracking_io(1);
+  std::optional<MlflowTracker> tracker;
+  std::optional<TrackedRun> tracked;
+  if (tracking && info.name != "local") {
+    fmt::print(stderr, "sgpu: warning: MLflow tracking covers one-node runs for now; this {} run is not tracked\n",
+               info.name);
+  } else if (tracking) {
+    tracker.emplace(tracking_io, std::move(*tracking));
+    ctx.before_start = [&](LaunchContext& c, LaunchPlan& plan) {
+      tracked = tracker->begin(describe_run(c.spec, plan, c.inherited));
+      if (!tracked) return;
+      for (const auto& [name, value] : tracked->env) {
+        c.spec.env[name] = value;
+        for (auto& r : plan.ranks) r.env[name] = value;
+      }
+    };
+  }
   // The console, logs and report are made once the ranks are placed.
   std::unique_ptr<JobOutputs> outputs;
+  std::optional<LaunchPlan> job_plan;
   ObserverFactory observe = [&](boost::asio::io_context& io, const LaunchPlan& plan) -> JobObserver& {
     check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
     outputs = std::make_unique<JobOutputs>(io, ctx.spec, plan, ctx.inherited);
+    if (tracked) outputs->set_tracking({tracked->run_id, tracked->url});
+    job_plan = plan;
     return outputs->observer();
   };
   BackendRun result;
@@ -102,6 +129,7 @@ int launch(LaunchRequest request) {
   backend->refine_end(outcome.end);
   // The one exit code: derived from the recorded end, reported everywhere.
   int code = outputs ? outputs->finish(outcome) : outcome.exit_code();
+  if (tracker && job_plan) tracker->end(describe_end(outcome, *job_plan));
   backend->release(code);
   return code;
 }

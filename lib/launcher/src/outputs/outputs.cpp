@@ -75,6 +75,7 @@ struct JobOutputs::Impl {
   ConsolePrinter console;
   std::optional<StatusLine> status;
   FanOut fanout;
+  std::optional<TrackingLink> tracking;
 
   static std::vector<std::string> rank_hosts(const LaunchPlan& p) {
     std::vector<std::string> hosts;
@@ -166,6 +167,7 @@ struct JobOutputs::Impl {
     report.started = outcome.started;
     report.ended = outcome.ended;
     report.timeout = plan.timeout;
+    report.mlflow = tracking;
     for (const auto& r : plan.ranks) {
       RankReport rank;
       rank.rank = r.place.rank;
@@ -311,6 +313,8 @@ JobOutputs::JobOutputs(boost::asio::io_context& io, const JobSpec& spec, const L
 JobOutputs::~JobOutputs() = default;
 
 JobObserver& JobOutputs::observer() { return impl_->fanout; }
+
+void JobOutputs::set_tracking(TrackingLink link) { impl_->tracking = std::move(link); }
 
 int JobOutputs::finish(const JobOutcome& outcome) {
   auto& s = *impl_;

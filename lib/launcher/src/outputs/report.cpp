@@ -154,9 +154,10 @@ std::string format_report(const RunReport& report) {
     attempts = fmt::format("sgpu: {} attempts ({} restart{}); each attempt's files in {}/ranks/<rank>/attempt-<k>/\n",
                            report.attempts.size(), report.attempts.size() - 1, report.attempts.size() == 2 ? "" : "s",
                            report.run_dir);
-  if (report.end.kind == Kind::Completed) return out + headline(report) + "\n" + attempts;
+  auto tracked = report.mlflow ? fmt::format("sgpu: mlflow run {}\n", report.mlflow->url) : std::string();
+  if (report.end.kind == Kind::Completed) return out + headline(report) + "\n" + attempts + tracked;
   out += headline(report) + "\n" + attempts;
-  if (report.end.kind == Kind::SpawnFailed && report.ranks.size() <= 1) return out;
+  if (report.end.kind == Kind::SpawnFailed && report.ranks.size() <= 1) return out + tracked;
   out += format_rank_table(report);
   if (const auto& cause = report.root_cause; cause && cause->kind == Kind::RankFailed) {
     out += fmt::format("sgpu: root cause: {}\n", cause->message);
@@ -172,7 +173,7 @@ std::string format_report(const RunReport& report) {
   }
   out += fmt::format("sgpu: logs: {}/ranks/<rank>/{{stdout,stderr}}; summary: {}/summary.json\n", report.run_dir,
                      report.run_dir);
-  return out;
+  return out + tracked;
 }
 
 }  // namespace sgpu::launcher

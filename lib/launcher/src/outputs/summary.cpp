@@ -180,6 +180,8 @@ json summary_json(const RunReport& report, const json& spec) {
       {"root_cause", root_cause},
       {"attempts", attempts},
       {"warnings", report.warnings},
+      {"mlflow", report.mlflow ? nlohmann::ordered_json{{"run_id", report.mlflow->run_id}, {"url", report.mlflow->url}}
+                               : nlohmann::ordered_json(nullptr)},
   };
 }
 

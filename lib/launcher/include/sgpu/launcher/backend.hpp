@@ -50,6 +50,10 @@ struct LaunchContext {
   // Called by a backend once its run directory exists and before anything
   // asynchronous starts (`--detach` continues in a child from there).
   std::function<void(const LaunchContext&)> run_dir_made;
+  // Called by a backend with the job's plan just before its ranks start; it
+  // may add variables to every rank (MLflow's run). What it adds to
+  // spec.env reaches later attempts too.
+  std::function<void(LaunchContext&, LaunchPlan&)> before_start;
 };
 
 // A node as --dry-run shows it.

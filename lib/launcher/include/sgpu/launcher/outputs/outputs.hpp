@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/outputs/report.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
@@ -33,6 +34,8 @@ class JobOutputs {
   JobOutputs& operator=(const JobOutputs&) = delete;
 
   JobObserver& observer();
+  // The MLflow run the launch is tracked as: in the report and the summary.
+  void set_tracking(TrackingLink link);
   // Reports the outcome everywhere it goes; returns sgpu's exit code.
   int finish(const JobOutcome& outcome);
 

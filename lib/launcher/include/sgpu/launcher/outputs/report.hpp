@@ -51,6 +51,12 @@ struct AttemptReport {
   std::optional<RootCause> root_cause;
 };
 
+// The MLflow run the launch was tracked as (README "Experiment tracking").
+struct TrackingLink {
+  std::string run_id;
+  std::string url;
+};
+
 struct RunReport {
   std::string run_id;
   std::string run_dir;
@@ -63,6 +69,7 @@ struct RunReport {
   std::optional<RootCause> root_cause;
   std::vector<AttemptReport> attempts;  // every attempt in order; the last is the run's own
   std::vector<std::string> warnings;    // e.g. a log file that could not be written in full
+  std::optional<TrackingLink> mlflow;   // nullopt: not tracked
 };
 
 // "ok", "failed", "terminated_by_sgpu", "not_started", "lost" (started on a

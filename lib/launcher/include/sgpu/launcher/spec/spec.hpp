@@ -61,6 +61,16 @@ struct RendezvousSpec {
   std::string heartbeat_timeout = "10s";
 };
 
+// [mlflow]: every launch is an MLflow run when a tracking server is named.
+struct MlflowSpec {
+  std::string uri;            // "" means untracked
+  std::string experiment;     // a name; created when missing
+  std::string experiment_id;  // used when no name is given
+  std::string run_name;       // "" means the sgpu run id
+  bool enabled = true;        // --no-mlflow
+  std::string timeout = "5s";
+};
+
 struct JobSpec {
   env::Entrypoint entrypoint;
   std::string python;        // "" means $SGPU_PYTHON, else python3 on PATH
@@ -82,6 +92,7 @@ struct JobSpec {
   SshSpec ssh;
   SlurmSpec slurm;
   RendezvousSpec rendezvous;
+  MlflowSpec mlflow;
 
   // How each key that was set got its value, for messages: key ->
   // "--gpus 4", "job.toml:4:8: resources.gpus = 4", "--set resources.gpus=4".

@@ -62,6 +62,7 @@ struct KeyInfo {
   std::int64_t max = 0;
   std::vector<std::string_view> choices = {};  // Choice, RankCount words
   bool none_ok = true;                         // Duration: "none" allowed
+  std::string_view flag_value = "true";        // Bool: what giving the flag means ("false" for --no-mlflow)
   void (*apply)(JobSpec&, const Setting&) = nullptr;
   std::string_view backend = {};  // the backend whose table this is ("ssh"); "" for sgpu's own keys
 };

@@ -1,0 +1,36 @@
+#pragma once
+// What sgpu records in an MLflow run: tags and params at the start, metrics
+// at the end. Pure: built from the job's description and its end.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sgpu/launcher/tracking/mlflow.hpp"
+#include "tracking/mlflow_api.hpp"
+
+namespace sgpu::launcher::mlflow {
+
+// sgpu.run_id, sgpu.host, mlflow.user, mlflow.source.name/type,
+// mlflow.source.git.commit (when known), mlflow.parentRunId (when nested).
+KeyValues run_tags(const RunDescription& job, std::string_view git_commit, std::string_view parent_run_id);
+
+// sgpu.entrypoint, sgpu.args, sgpu.world_size, sgpu.gpus...: the resolved
+// spec, prefixed so the job's own params never collide; secrets masked.
+KeyValues run_params(const RunDescription& job);
+
+// sgpu.wall_time_s, sgpu.exit_code, and sgpu.rank_duration_s with the rank as its step.
+std::vector<Metric> end_metrics(const RunEnd& run);
+
+std::int64_t epoch_ms(Clock::time_point t);
+
+// spec.json or summary.json as uploaded: the spec's [env] values masked as
+// the dry run masks them (the run directory keeps them whole). Text that is
+// not such a document is returned as it is.
+std::string masked_artifact(std::string_view name, std::string text);
+
+// The commit checked out in `dir` or the nearest directory above it that is
+// a git work tree (worktrees and packed refs too); "" when there is none.
+// Reads .git; runs nothing.
+std::string git_commit(const std::string& dir);
+
+}  // namespace sgpu::launcher::mlflow

@@ -1,0 +1,225 @@
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <fmt/format.h>
+#include <boost/beast/http/status.hpp>
+
+#include "sgpu/launcher/tracking/mlflow.hpp"
+#include "tracking/http_client.hpp"
+#include "tracking/mlflow_api.hpp"
+#include "tracking/mlflow_run.hpp"
+
+namespace sgpu::launcher {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+using mlflow::HttpResult;
+using mlflow::Request;
+
+constexpr std::uintmax_t kArtifactLimit = 64 << 20;
+
+std::string status_text(int status) {
+  auto reason = boost::beast::http::obsolete_reason(boost::beast::http::int_to_status(static_cast<unsigned>(status)));
+  return reason.empty() ? std::to_string(status) : fmt::format("{} {}", status, std::string_view(reason));
+}
+
+std::optional<std::string> read_whole(const std::string& path) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  if (ec || size > kArtifactLimit) return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+struct MlflowTracker::Impl {
+  boost::asio::io_context& io;
+  MlflowConfig config;
+  mlflow::HttpClient client;
+  std::optional<TrackedRun> run;
+  std::string artifact_uri;
+
+  // One phase (begin or end): its deadline, what is in flight, the first failure.
+  Steady::time_point deadline;
+  int in_flight = 0;
+  std::string failure;
+
+  Impl(boost::asio::io_context& i, MlflowConfig c)
+      : io(i),
+        config(std::move(c)),
+        client(i, *mlflow::parse_server_url(config.uri),
+               mlflow::authorization(config.token, config.username, config.password),
+               {config.insecure_tls, config.ca_file}) {}
+
+  std::string server() const { return client.server().display(); }
+
+  void warn(const std::string& what) const {
+    auto line = fmt::format("sgpu: warning: mlflow: {} {}\n", server(), what);
+    line = mlflow::scrub(mlflow::scrub(std::move(line), config.token), config.password);
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  }
+
+  // Why a call did not do what it should, in words a user can act on; the
+  // credentials are named, never shown.
+  std::string explain(const Request& request, const HttpResult& result) const {
+    if (result.status == 0) return fmt::format("{}: {}", request.call, result.error);
+    auto error = mlflow::response_error({result.status, result.body});
+    auto text = fmt::format("answered {} to {}", status_text(result.status), request.call);
+    if (error && !error->message.empty()) text += ": " + error->message;
+    if (result.status == 401 || result.status == 403) {
+      if (!config.token.empty())
+        text += " (MLFLOW_TRACKING_TOKEN was sent; check it)";
+      else if (!config.username.empty() || !config.password.empty())
+        text += " (MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD were sent; check them)";
+      else
+        text += " (set MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)";
+    }
+    return text;
+  }
+
+  // Sends `request`; `then` gets a 2xx answer. Any other ending records the
+  // phase's first failure.
+  void call(Request request, std::function<void(const HttpResult&)> then) {
+    ++in_flight;
+    auto shared = std::make_shared<Request>(std::move(request));
+    client.send(*shared, deadline, [this, shared, then = std::move(then)](HttpResult result) {
+      --in_flight;
+      if (result.status >= 200 && result.status < 300) {
+        if (then) then(result);
+        return;
+      }
+      if (failure.empty()) failure = explain(*shared, result);
+    });
+  }
+
+  // Runs the loop until the phase's calls have ended (each ends by the deadline).
+  void wait() {
+    io.restart();
+    while (in_flight > 0 && io.run_one() > 0) {
+    }
+    io.restart();  // run_one() may have stopped it for want of work: the Supervisor runs it next
+  }
+
+  void start_phase() {
+    deadline = Steady::now() + config.timeout;
+    failure.clear();
+  }
+
+  // --- begin: experiment, run, params ---
+
+  void with_experiment(std::function<void(std::string)> next) {
+    auto server_url = client.server();
+    if (!config.experiment_name.empty()) {
+      ++in_flight;  // the look-up may be answered with 404 and need a create
+      auto lookup = mlflow::get_experiment_by_name(server_url, config.experiment_name);
+      client.send(lookup, deadline, [this, lookup, server_url, next](HttpResult result) {
+        --in_flight;
+        if (result.status == 200) {
+          if (auto id = mlflow::parse_experiment_id(result.body)) return next(*id);
+        }
+        auto error = mlflow::response_error({result.status, result.body});
+        if (result.status == 404 || (error && error->code == "RESOURCE_DOES_NOT_EXIST")) {
+          call(mlflow::create_experiment(server_url, config.experiment_name), [this, next](const HttpResult& created) {
+            if (auto id = mlflow::parse_experiment_id(created.body)) return next(*id);
+            failure = "experiments/create: an answer without an experiment id";
+          });
+          return;
+        }
+        failure = result.status == 200 ? "experiments/get-by-name: an answer without an experiment id"
+                                       : explain(lookup, result);
+      });
+      return;
+    }
+    if (!config.experiment_id.empty()) return next(config.experiment_id);
+    if (!config.parent_run_id.empty()) {  // a child run lives in its parent's experiment
+      call(mlflow::get_run(server_url, config.parent_run_id), [this, next](const HttpResult& result) {
+        if (auto info = mlflow::parse_run_info(result.body)) return next(info->experiment_id);
+        failure = "runs/get: an answer without the parent run (MLFLOW_RUN_ID)";
+      });
+      return;
+    }
+    next("0");  // the server's Default experiment
+  }
+
+  void create_run(const RunDescription& job, const std::string& experiment_id) {
+    auto server_url = client.server();
+    auto tags = mlflow::run_tags(job, mlflow::git_commit(job.cwd), config.parent_run_id);
+    auto name = config.run_name.empty() ? job.sgpu_run_id : config.run_name;
+    auto start = mlflow::epoch_ms(Clock::now());
+    call(mlflow::create_run(server_url, experiment_id, name, start, tags),
+         [this, job, server_url](const HttpResult& r) {
+           auto info = mlflow::parse_run_info(r.body);
+           if (!info) {
+             failure = "runs/create: an answer without a run id";
+             return;
+           }
+           TrackedRun t;
+           t.run_id = info->run_id;
+           t.experiment_id = info->experiment_id;
+           t.url = mlflow::run_link(server_url, info->experiment_id, info->run_id);
+           t.env = {{"MLFLOW_TRACKING_URI", config.uri},
+                    {"MLFLOW_RUN_ID", info->run_id},
+                    {"MLFLOW_EXPERIMENT_ID", info->experiment_id}};
+           artifact_uri = info->artifact_uri;
+           run = std::move(t);
+           for (auto& batch : mlflow::log_batches(server_url, info->run_id, {}, mlflow::run_params(job), {}))
+             call(std::move(batch), nullptr);
+         });
+  }
+};
+
+MlflowTracker::MlflowTracker(boost::asio::io_context& io, MlflowConfig config)
+    : impl_(std::make_unique<Impl>(io, std::move(config))) {}
+
+MlflowTracker::~MlflowTracker() = default;
+
+std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
+  auto& s = *impl_;
+  s.start_phase();
+  s.with_experiment([&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
+  s.wait();
+  if (!s.run) {
+    s.warn(s.failure + "; the job runs untracked");
+    s.client.cancel_all();
+    return std::nullopt;
+  }
+  if (!s.failure.empty()) s.warn(s.failure + " (the run's params may be missing)");
+  fmt::print(stderr, "sgpu: mlflow run {}\n", s.run->url);
+  return s.run;
+}
+
+void MlflowTracker::end(const RunEnd& end) {
+  auto& s = *impl_;
+  if (!s.run) return;
+  s.start_phase();
+  auto server_url = s.client.server();
+  const auto& run_id = s.run->run_id;
+  s.call(mlflow::update_run(server_url, run_id, mlflow::run_status(end.end), mlflow::epoch_ms(end.ended)), nullptr);
+  for (auto& batch : mlflow::log_batches(server_url, run_id, mlflow::end_metrics(end), {}, {}))
+    s.call(std::move(batch), nullptr);
+  bool proxied = true;
+  for (const auto& [path, name] : end.artifacts) {
+    auto bytes = read_whole(path);
+    if (!bytes) continue;
+    auto put =
+        mlflow::upload_artifact(server_url, s.artifact_uri, name, mlflow::masked_artifact(name, std::move(*bytes)));
+    if (!put) {
+      proxied = false;
+      break;
+    }
+    s.call(std::move(*put), nullptr);
+  }
+  s.wait();
+  if (!proxied)
+    s.warn(
+        fmt::format("stores this run's artifacts at {}, not behind its artifact proxy (mlflow-artifacts:/); "
+                    "sgpu uploads none (run the server with --serve-artifacts)",
+                    s.artifact_uri));
+  if (!s.failure.empty()) s.warn(s.failure + fmt::format(" (run {})", s.run->url));
+}
+
+}  // namespace sgpu::launcher

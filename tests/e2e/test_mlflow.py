@@ -1,0 +1,177 @@
+"""Every launch is an MLflow run: a real `mlflow server` (sqlite store,
+artifact proxy, basic auth) on loopback, checked through MLflow's own Python
+client; servers that are down or hang; the [mlflow] keys and flags."""
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import python_program
+from mlflow_server import MlflowServer, venv_python
+
+RANK = python_program("mlflow_rank.py")
+QUERY = python_program("mlflow_query.py")
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    with MlflowServer(tmp_path_factory.mktemp("mlflow"), auth=True) as server:
+        print(f"mlflow server up in {server.startup_s:.1f}s")
+        yield server
+
+
+@pytest.fixture
+def tracked(sgpu, mlflow_server):
+    """sgpu whose environment names the server (MLFLOW_TRACKING_URI and the credentials)."""
+    sgpu.env.update(mlflow_server.client_env())
+    sgpu.env["SGPU_PYTHON"] = venv_python()  # ranks import mlflow
+    for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TRACKING_TOKEN"):
+        sgpu.env.pop(name, None)
+    return sgpu
+
+
+def query(env, *args):
+    out = subprocess.run([venv_python(), QUERY, *args], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_launch_is_a_run_the_ranks_log_into(tracked, tmp_path):
+    r = tracked.run("launch", "--nproc", 2, "-o", "json", "--mlflow-experiment", "sgpu-e2e",
+                    "--set", "env.MY_API_TOKEN=hunter2", RANK, "ok", "--password", "pw1")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    run_id = summary["mlflow"]["run_id"]
+    assert f"sgpu: mlflow run {summary['mlflow']['url']}" in r.stderr
+    assert summary["mlflow"]["url"].startswith(tracked.env["MLFLOW_TRACKING_URI"] + "/#/experiments/")
+    run = query(tracked.env, "run", run_id)
+    assert run["status"] == "FINISHED" and run["end_time"] >= run["start_time"]
+    assert run["experiment_name"] == "sgpu-e2e"  # created, since it did not exist
+    assert summary["mlflow"]["url"].endswith(f"/#/experiments/{run['experiment_id']}/runs/{run_id}")
+    assert run["run_name"] == summary["run_id"]
+    assert run["tags"]["sgpu.run_id"] == summary["run_id"]
+    assert run["tags"]["mlflow.source.name"] == RANK
+    assert run["tags"]["mlflow.user"]
+    assert "mlflow.parentRunId" not in run["tags"]
+    p = run["params"]
+    assert (p["sgpu.world_size"], p["sgpu.nnodes"], p["sgpu.backend"], p["sgpu.timeout"]) == ("2", "1", "local", "3h")
+    assert p["sgpu.args"] == "ok --password '****'" and p["sgpu.env.MY_API_TOKEN"] == "****"
+    assert run["metrics"]["loss"] == [[1, 0.25]]  # rank 0's mlflow.log_metric landed in sgpu's run
+    assert run["metrics"]["sgpu.exit_code"] == [[0, 0]]
+    assert [step for step, _ in run["metrics"]["sgpu.rank_duration_s"]] == [0, 1]
+    assert {"summary.json", "spec.json", "events.jsonl", "ranks/0/stdout", "ranks/0/stderr"} <= set(run["artifacts"])
+    assert run["summary"]["run_id"] == summary["run_id"]
+    for secret in ("hunter2", "pw1"):
+        assert secret not in json.dumps(run), json.dumps(run)[max(0, json.dumps(run).find(secret) - 300):][:400]
+
+
+def test_nested_run_failing_job_is_failed(tracked):
+    parent = query(tracked.env, "parent")
+    env = dict(tracked.env, MLFLOW_RUN_ID=parent["run_id"])
+    r = tracked.run("launch", "--nproc", 2, "-o", "json", "--mlflow-run-name", "child", RANK, "fail", env=env)
+    assert r.returncode == 3, r.stderr
+    summary = json.loads(r.stdout)
+    run = query(tracked.env, "run", summary["mlflow"]["run_id"])
+    assert run["tags"]["mlflow.parentRunId"] == parent["run_id"]
+    assert run["experiment_id"] == parent["experiment_id"]
+    assert run["run_name"] == "child"
+    assert run["status"] == "FAILED"
+    assert run["metrics"]["sgpu.exit_code"] == [[0, 3]]
+    assert "ranks/1/error.json" in run["artifacts"] and "ranks/1/stderr" in run["artifacts"]
+
+
+def test_timeout_is_killed(tracked):
+    r = tracked.run("launch", "--nproc", 2, "-o", "json", "--timeout", "2s", "--grace", "1s", RANK, "sleep")
+    assert r.returncode == 124, r.stderr
+    run = query(tracked.env, "run", json.loads(r.stdout)["mlflow"]["run_id"])
+    assert run["status"] == "KILLED"
+    assert run["metrics"]["sgpu.exit_code"] == [[0, 124]]
+
+
+def test_bad_token_is_named_not_shown(tracked, tmp_path):
+    env = dict(tracked.env, MLFLOW_TRACKING_TOKEN="tok-SECRET-123")
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        env.pop(name)
+    r = tracked.run("launch", "--nproc", 1, "--no-python", "/bin/sh", "-c", "exit 5", env=env)
+    assert r.returncode == 5
+    assert "401" in r.stderr and "MLFLOW_TRACKING_TOKEN" in r.stderr and "untracked" in r.stderr
+    assert "tok-SECRET-123" not in r.stderr + r.stdout
+    for f in pathlib.Path(env["SGPU_HOME"]).rglob("*"):
+        if f.is_file():
+            assert b"tok-SECRET-123" not in f.read_bytes(), f
+
+
+# --- servers that do not work: the job is never held up ---
+
+def test_server_down_job_keeps_its_exit_code(sgpu):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    r = sgpu.run("launch", "--nproc", 2, "--mlflow", f"http://127.0.0.1:{port}", "-o", "json",
+                 "--no-python", "/bin/sh", "-c", 'exit $((RANK + 6))')
+    elapsed = time.monotonic() - start
+    assert r.returncode == 6, r.stderr
+    assert f"sgpu: warning: mlflow: http://127.0.0.1:{port} " in r.stderr and "refused" in r.stderr
+    assert json.loads(r.stdout)["mlflow"] is None
+    assert elapsed < 3, elapsed
+
+
+def test_server_that_never_answers_costs_only_mlflow_timeout(sgpu):
+    with socket.socket() as hung:  # accepts connections (the kernel's backlog) and never answers
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        port = hung.getsockname()[1]
+        start = time.monotonic()
+        # Rank 1 fails at once; rank 0 would sleep 60 s: fail-fast must still stop it.
+        r = sgpu.run("launch", "--nproc", 2, "--mlflow", f"http://127.0.0.1:{port}", "--mlflow-timeout", "1s",
+                     "--grace", "1s", "--no-python", "/bin/sh", "-c", '[ "$RANK" = 1 ] && exit 4; sleep 60')
+        elapsed = time.monotonic() - start
+    assert r.returncode == 4, r.stderr
+    assert f"mlflow: http://127.0.0.1:{port} runs/create: no answer within 1s; the job runs untracked" in r.stderr
+    assert elapsed < 4, elapsed
+
+
+def test_timeout_and_ctrl_c_on_time_with_a_hung_server(sgpu):
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        port = hung.getsockname()[1]
+        start = time.monotonic()
+        r = sgpu.run("launch", "--nproc", 1, "--mlflow", f"http://127.0.0.1:{port}", "--mlflow-timeout", "1s",
+                     "--timeout", "1s", "--no-python", "/bin/sleep", "60")
+        elapsed = time.monotonic() - start
+    assert r.returncode == 124
+    assert elapsed < 4, elapsed
+
+
+# --- when tracking is on, and the [mlflow] keys ---
+
+def test_tracking_off(sgpu, tmp_path):
+    env = dict(sgpu.env, MLFLOW_TRACKING_URI="http://127.0.0.1:9")
+    r = sgpu.run("launch", "--no-mlflow", "--nproc", 1, "--no-python", "/bin/sh", "-c", 'echo "[$MLFLOW_RUN_ID]"',
+                 env=env)
+    assert r.returncode == 0 and "[0] []" in r.stdout and "mlflow" not in r.stderr
+    env["MLFLOW_TRACKING_URI"] = str(tmp_path / "mlruns")  # a file store: not a server
+    r = sgpu.run("launch", "--nproc", 1, "--no-python", "/bin/true", env=env)
+    assert r.returncode == 0
+    assert "MLFLOW_TRACKING_URI=" in r.stderr and "not tracked" in r.stderr
+    r = sgpu.run("launch", "--mlflow", "file:///tmp/x", "--nproc", 1, "--no-python", "/bin/true")
+    assert r.returncode == 2 and "--mlflow" in r.stderr and "http://" in r.stderr
+
+
+def test_mlflow_keys_in_a_spec(sgpu, tmp_path):
+    spec = tmp_path / "job.toml"
+    spec.write_text('[mlflow]\nuri = "http://127.0.0.1:5000"\nexperiment = "e"\nrun_name = "r"\n'
+                    'enabled = false\ntimeout = "2s"\n')
+    r = sgpu.run("launch", "--config", spec, "--dry-run", "-o", "json", "--nproc", 1, "--no-python", "/bin/true")
+    assert r.returncode == 0, r.stderr
+    settings = {s["key"]: s["value"] for s in json.loads(r.stdout)["settings"]}
+    assert settings["mlflow.experiment"] == "e" and settings["mlflow.enabled"] is False
+    spec.write_text('[mlflow]\nexperimnt = "e"\n')
+    r = sgpu.run("launch", "--config", spec, "--dry-run", "--nproc", 1, "--no-python", "/bin/true")
+    assert r.returncode == 2 and "did you mean 'mlflow.experiment'" in r.stderr
