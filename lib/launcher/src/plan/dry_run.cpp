@@ -39,15 +39,16 @@ std::string origin_text(const Origin& o) {
   return o.name;
 }
 
+// A setting's value as shown: secrets masked by the variable's name ([env])
+// or by what they hold (a password in a URL, as in mlflow.uri).
 nlohmann::json value_json(const Setting& s) {
-  if (s.key.starts_with("env.") && env::is_secret_name(s.key.substr(4))) return "****";
-  return std::visit([](const auto& v) { return nlohmann::json(v); }, s.value);
+  const auto* text = std::get_if<std::string>(&s.value);
+  if (text == nullptr) return std::visit([](const auto& v) { return nlohmann::json(v); }, s.value);
+  auto name = s.key.starts_with("env.") ? s.key.substr(4) : s.key.substr(s.key.rfind('.') + 1);
+  return env::mask_secret(name, *text);
 }
 
-std::string value_text(const Setting& s) {
-  if (s.key.starts_with("env.")) return "\"" + env::mask_secret(s.key.substr(4), std::get<std::string>(s.value)) + "\"";
-  return value_json(s).dump();
-}
+std::string value_text(const Setting& s) { return value_json(s).dump(); }
 
 std::vector<const RankPlan*> all_ranks(const DryRun& d) {
   std::vector<const RankPlan*> out;
