@@ -65,7 +65,10 @@ void check_restarts(const JobSpec& spec, const BackendInfo& backend) {
 }  // namespace
 
 int launch(LaunchRequest request) {
+  // First, so it is destroyed last: outputs and the backend hold objects on it.
+  boost::asio::io_context io(1);
   auto ctx = context_of(request);
+  ctx.io = &io;
   const auto& info = choose_backend(ctx.spec, ctx.inherited);
   auto backend = info.make();
   if (ctx.spec.detach) {
@@ -104,9 +107,9 @@ int launch(LaunchRequest request) {
   // The console, logs and report are made once the ranks are placed.
   std::unique_ptr<JobOutputs> outputs;
   std::optional<LaunchPlan> job_plan;
-  ObserverFactory observe = [&](boost::asio::io_context& io, const LaunchPlan& plan) -> JobObserver& {
+  ObserverFactory observe = [&](boost::asio::io_context& loop, const LaunchPlan& plan) -> JobObserver& {
     check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
-    outputs = std::make_unique<JobOutputs>(io, ctx.spec, plan, ctx.inherited);
+    outputs = std::make_unique<JobOutputs>(loop, ctx.spec, plan, ctx.inherited);
     if (tracked) outputs->set_tracking({tracked->run_id, tracked->url});
     job_plan = plan;
     return outputs->observer();

@@ -97,7 +97,7 @@ class FakeBackend : public Backend {
   void check(LaunchContext&) override {}
   PlannedLayout describe(const LaunchContext&) override { return {{{"fake-0", std::nullopt}}, "", {}}; }
   BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) override {
-    boost::asio::io_context io(1);
+    auto& io = *ctx.io;
     ClusterOptions o;
     o.nnodes = static_cast<int>(g_behaviours.size());
     for (int k = 0; k < o.nnodes; ++k) o.node_names.push_back("fake-" + std::to_string(k));

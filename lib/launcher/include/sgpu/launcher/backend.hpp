@@ -39,6 +39,10 @@ namespace sgpu::launcher {
 
 // One launch, as every backend sees it.
 struct LaunchContext {
+  // The launch's one event loop: backends run their processes, timers and
+  // sockets on it. The engine owns it, so it outlives the job's outputs
+  // (console, status line) and what a backend holds until release().
+  boost::asio::io_context* io = nullptr;
   JobSpec spec;                // resolved from every source; check() may complete it
   env::Environment inherited;  // sgpu's own environment
   std::string cwd;

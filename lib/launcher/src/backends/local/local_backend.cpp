@@ -51,7 +51,7 @@ class LocalBackend : public Backend {
       for (const auto& r : p.ranks) launches.push_back({r.place.rank, p.executable, p.argv, r.env, p.cwd});
       return launches;
     };
-    boost::asio::io_context io(1);
+    auto& io = *ctx.io;
     auto& observer = observe(io, plan);
     SupervisorOptions options{plan.timeout, plan.grace};
     options.max_restarts = plan.max_restarts;

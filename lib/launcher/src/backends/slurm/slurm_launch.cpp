@@ -325,15 +325,18 @@ struct SlurmRun {
 }  // namespace
 
 struct SlurmSession::Impl {
+  explicit Impl(asio::io_context& loop) : io(loop) {}
   SlurmLaunch in;
-  asio::io_context io{1};
+  asio::io_context& io;
   std::unique_ptr<SlurmRun> run;
   std::string run_id;
   std::string run_dir;
   bool released = false;
 };
 
-SlurmSession::SlurmSession(SlurmLaunch launch) : impl_(std::make_unique<Impl>()) { impl_->in = std::move(launch); }
+SlurmSession::SlurmSession(boost::asio::io_context& io, SlurmLaunch launch) : impl_(std::make_unique<Impl>(io)) {
+  impl_->in = std::move(launch);
+}
 
 SlurmSession::~SlurmSession() = default;
 
@@ -442,7 +445,7 @@ class SlurmBackend : public Backend {
     in_.cwd = ctx.cwd;
     in_.self_exe = ctx.self_exe;
     if (in_.self_exe.empty()) throw Error("cannot find this sgpu binary (/proc/self/exe)", 1);
-    session_ = std::make_unique<SlurmSession>(in_);
+    session_ = std::make_unique<SlurmSession>(*ctx.io, in_);
     struct Created {
       LaunchContext& ctx;
       SlurmSession& s;

@@ -49,7 +49,8 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllo
 // agents' srun step, and what SLURM did to the job.
 class SlurmSession {
  public:
-  explicit SlurmSession(SlurmLaunch launch);
+  // `io`: the launch's loop; it must outlive the session.
+  SlurmSession(boost::asio::io_context& io, SlurmLaunch launch);
   ~SlurmSession();
   SlurmSession(const SlurmSession&) = delete;
   SlurmSession& operator=(const SlurmSession&) = delete;

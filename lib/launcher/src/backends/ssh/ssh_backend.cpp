@@ -161,7 +161,8 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   return chosen;
 }
 
-JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& make_observer, SshSessions& sessions) {
+JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJob::ObserverFactory& make_observer,
+                       SshSessions& sessions) {
   const auto& s = in.spec.ssh;
   auto chosen = choose_ssh_hosts(in.spec);
   auto opts = ssh_options(in.spec);
@@ -188,7 +189,6 @@ JobOutcome run_ssh_job(const SshLaunch& in, const ClusterJob::ObserverFactory& m
     node_cwd = rel.empty() || rel.native().starts_with("..") ? "." : rel.string();
   }
 
-  asio::io_context io(1);
   ClusterOptions copts;
   copts.nnodes = static_cast<int>(chosen.size());
   copts.join_timeout = in.join_timeout;
@@ -325,7 +325,7 @@ class SshBackend : public Backend {
         ctx.run_dir = s.run_dir;
       }
     } created{ctx, sessions_};
-    return {run_ssh_job(in_, observe, sessions_), {}};
+    return {run_ssh_job(*ctx.io, in_, observe, sessions_), {}};
   }
 
   // A node the rendezvous lost: its ssh session says why (an agent killed

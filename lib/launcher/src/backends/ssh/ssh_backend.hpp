@@ -43,8 +43,8 @@ struct SshSessions {
 
 // The outcome, once every node has ended and every ssh has exited; throws
 // sgpu::Error when the job cannot start. `sessions` is filled as it goes.
-JobOutcome run_ssh_job(const SshLaunch& launch, const ClusterJob::ObserverFactory& make_observer,
-                       SshSessions& sessions);
+JobOutcome run_ssh_job(boost::asio::io_context& io, const SshLaunch& launch,
+                       const ClusterJob::ObserverFactory& make_observer, SshSessions& sessions);
 
 // The ssh backend's registry line.
 BackendInfo ssh_backend_info();

@@ -100,7 +100,7 @@ class StaticBackend : public Backend {
     if (launch_.node_rank != 0) return {std::nullopt, run_static_node(launch_, secret)};
     // Node 0 shows and keeps the run as a one-node launch does, once the
     // rendezvous has said which node runs which ranks.
-    return {run_static_host(launch_, secret, observe,
+    return {run_static_host(*ctx.io, launch_, secret, observe,
                             [&ctx](const std::string& id, const std::string& dir) {
                               ctx.run_id = id;
                               ctx.run_dir = dir;

@@ -20,10 +20,9 @@ AgentOptions agent_options(const StaticLaunch& launch) {
 }
 }  // namespace
 
-JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret& secret,
+JobOutcome run_static_host(boost::asio::io_context& io, const StaticLaunch& launch, const rendezvous::Secret& secret,
                            const ClusterJob::ObserverFactory& make_observer,
                            const std::function<void(const std::string&, const std::string&)>& created) {
-  boost::asio::io_context io(1);
   ClusterOptions options;
   options.nnodes = launch.nnodes;
   options.listen = rendezvous::Endpoint{"", launch.endpoint.port};

@@ -33,7 +33,7 @@ struct StaticLaunch {
 
 // Node 0. `created` hears the run's id and directory as soon as they exist.
 // Throws sgpu::Error when the rendezvous fails.
-JobOutcome run_static_host(const StaticLaunch& launch, const rendezvous::Secret& secret,
+JobOutcome run_static_host(boost::asio::io_context& io, const StaticLaunch& launch, const rendezvous::Secret& secret,
                            const ClusterJob::ObserverFactory& make_observer,
                            const std::function<void(const std::string&, const std::string&)>& created);
 
