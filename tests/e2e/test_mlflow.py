@@ -113,7 +113,7 @@ def test_server_down_job_keeps_its_exit_code(sgpu):
         port = s.getsockname()[1]
     start = time.monotonic()
     r = sgpu.run("launch", "--nproc", 2, "--mlflow", f"http://127.0.0.1:{port}", "-o", "json",
-                 "--no-python", "/bin/sh", "-c", 'exit $((RANK + 6))')
+                 "--no-python", "/bin/sh", "-c", '[ "$RANK" = 0 ] && exit 6; exec sleep 30')
     elapsed = time.monotonic() - start
     assert r.returncode == 6, r.stderr
     assert f"sgpu: warning: mlflow: http://127.0.0.1:{port} " in r.stderr and "refused" in r.stderr
