@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import TORCH_PYTHON, python_program
+from conftest import SANITIZED, TORCH_PYTHON, python_program
 from test_output import lossless, log, run_dir
 
 
@@ -64,7 +64,8 @@ def test_a_slow_reader_gets_every_line_and_holds_the_ranks_back(sgpu, tmp_path):
     assert p.returncode == 0, err[-2000:]
     lines = (first + rest).decode().splitlines()
     assert lines == [f"[0] {i:099d}" for i in range(400_000)]
-    assert rss_kb < 32 * 1024, rss_kb
+    # Bounded memory while the reader lags; ASan's shadow memory makes RSS meaningless there.
+    assert SANITIZED or rss_kb < 32 * 1024, rss_kb
 
 
 def test_a_reader_that_goes_away_stops_the_console_not_the_job(sgpu):
