@@ -25,10 +25,16 @@ std::vector<BackendInfo>& table() {
   return all;
 }
 
-std::string valid_names() {
+// What --backend accepts, each name once, in registry order.
+std::vector<std::string_view> flag_names() {
   std::vector<std::string_view> names;
   for (const auto& b : table())
     if (std::find(names.begin(), names.end(), b.flag_name) == names.end()) names.push_back(b.flag_name);
+  return names;
+}
+
+std::string valid_names() {
+  auto names = flag_names();
   std::string out;
   for (auto n : names) out += (out.empty() ? "" : ", ") + std::string(n);
   return out;
@@ -71,11 +77,8 @@ const BackendInfo& choose_backend(const JobSpec& spec, const env::Environment& i
 const std::vector<KeyInfo>& spec_keys() {
   static const std::vector<KeyInfo> keys = [] {
     auto all = core_spec_keys();
-    std::vector<std::string_view> names;
-    for (const auto& b : table())
-      if (std::find(names.begin(), names.end(), b.flag_name) == names.end()) names.push_back(b.flag_name);
     for (auto& k : all)
-      if (k.path == "resources.backend") k.choices = names;
+      if (k.path == "resources.backend") k.choices = flag_names();
     for (const auto& b : table()) {
       if (b.keys == nullptr) continue;
       for (auto& k : b.keys()) {

@@ -87,14 +87,13 @@ int launch(LaunchRequest request) {
   std::vector<std::string> tracking_warnings;
   auto tracking = mlflow_config(ctx.spec, ctx.inherited, tracking_warnings);  // a bad --mlflow is 2
   for (const auto& w : tracking_warnings) fmt::print(stderr, "sgpu: warning: {}\n", w);
-  boost::asio::io_context tracking_io(1);
   std::optional<MlflowTracker> tracker;
   std::optional<TrackedRun> tracked;
   if (tracking && info.name != "local") {
     fmt::print(stderr, "sgpu: warning: MLflow tracking covers one-node runs for now; this {} run is not tracked\n",
                info.name);
   } else if (tracking) {
-    tracker.emplace(tracking_io, std::move(*tracking));
+    tracker.emplace(io, std::move(*tracking));  // runs the loop only while its calls are in flight
     ctx.before_start = [&](LaunchContext& c, LaunchPlan& plan) {
       tracked = tracker->begin(describe_run(c.spec, plan, c.inherited));
       if (!tracked) return;
@@ -158,10 +157,8 @@ int dry_run(LaunchRequest request) {
     bool here = std::any_of(layout.nodes.begin(), layout.nodes.end(), [](const auto& n) { return n.gpus.has_value(); });
     if (here) {  // ranks run on this node: their program is looked up now
       in.executable = resolve_program(ctx.spec, ctx.inherited, ctx.cwd);
-    } else if (ctx.spec.entrypoint.kind == env::Entrypoint::Kind::Executable) {
-      in.executable = ctx.spec.entrypoint.target;  // remote nodes resolve their own, at launch
     } else {
-      in.executable = ctx.spec.python.empty() ? "python3" : ctx.spec.python;
+      in.executable = program_name(ctx.spec);  // remote nodes resolve their own, at launch
     }
     auto plan = make_dry_run(request.resolved, in);
     fmt::print("{}", ctx.spec.output_format == "json" ? dry_run_json(plan) : dry_run_text(plan));

@@ -264,15 +264,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
 
   // `code`: what the node's ending means, when its backend knows it.
   void lose(std::uint32_t node, const std::string& why, std::optional<int> code) {
-    if (node >= nodes.size()) return;
-    if (node_state[node] == NodeState::Lost && outcome.end.kind == env::JobEnd::Kind::NodeLost &&
-        outcome.end.host == nodes[node].name && code && !outcome.end.code) {
-      // The backend learnt how the node ended after the rendezvous lost it: its word is the cause.
-      outcome.end.reason = why;
-      outcome.end.code = code;
-      return;
-    }
-    if (node_state[node] != NodeState::Running) return;
+    if (node >= nodes.size() || node_state[node] != NodeState::Running) return;
     node_state[node] = NodeState::Lost;
     const auto& n = nodes[node];
     // Whatever its ranks printed without a newline is shown now.
@@ -377,9 +369,7 @@ LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, 
   plan.run_dir = run_dir;
   plan.cwd = cwd;
   // Each node resolves the program on its own PATH; the plan shows the name asked for.
-  plan.executable = spec.entrypoint.kind == env::Entrypoint::Kind::Executable
-                        ? spec.entrypoint.target
-                        : (spec.python.empty() ? std::string("python3") : spec.python);
+  plan.executable = program_name(spec);
   plan.argv = env::build_argv(spec.entrypoint, plan.executable);
   plan.gpu_type = spec.gpu_type;
   plan.master_addr = master_addr;

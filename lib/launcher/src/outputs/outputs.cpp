@@ -154,6 +154,9 @@ struct JobOutputs::Impl {
   // finished runs beyond the newest N; this one counts, running ones stay.
   void prune_older_runs(int keep) {
     auto root = fs::path(plan.run_dir).parent_path().string();
+    // One directory listing decides whether any run can go; only then is
+    // every run's state read (a launch must not read a hundred files to remove none).
+    if (run_ids(root).size() <= static_cast<std::size_t>(keep)) return;
     auto pruned = prune_runs(root, {.keep = keep, .older_than = std::nullopt}, false);
     for (const auto& e : pruned.errors) fmt::print(stderr, "sgpu: warning: cannot remove an old run: {}\n", e);
   }

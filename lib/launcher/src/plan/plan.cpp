@@ -194,4 +194,9 @@ std::string resolve_program(const JobSpec& spec, const env::Environment& environ
   return resolved;
 }
 
+std::string program_name(const JobSpec& spec) {
+  if (spec.entrypoint.kind == env::Entrypoint::Kind::Executable) return spec.entrypoint.target;
+  return spec.python.empty() ? std::string("python3") : spec.python;
+}
+
 }  // namespace sgpu::launcher

@@ -91,7 +91,8 @@ class ClusterJob {
   // the run the node counts as lost. Ignored once the node has reported.
   // `code` is what the node's ending means when the backend knows it (ssh's
   // 255, 128+N for an agent killed by signal N): the exit code of a run that
-  // ends for this node. A later call refines a loss the rendezvous saw first.
+  // ends for this node. What explains a loss the rendezvous saw first is the
+  // backend's refine_end.
   void node_failed(int node_rank, const std::string& why, std::optional<int> code = std::nullopt);
 
   // Called once, when every node has joined and the ranks start: the whole

@@ -65,6 +65,10 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& inputs);
 // sgpu::Error with exit code 127 (not found) or 126 (not executable).
 std::string resolve_program(const JobSpec& spec, const env::Environment& environment, const std::string& cwd);
 
+// The program as the spec names it, for a node that resolves it on its own
+// PATH: the executable, else the interpreter ($SGPU_PYTHON's choice, else "python3").
+std::string program_name(const JobSpec& spec);
+
 // Number of ranks on one node (--gpus-per-node, --gpus over the nodes,
 // --nproc, else one per visible GPU or one CPU rank). Pure.
 int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory);
