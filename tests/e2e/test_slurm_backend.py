@@ -136,6 +136,22 @@ def test_inside_an_allocation_one_agent_per_node_and_slurms_gpus(slurm_cluster, 
     assert envs[0]["MASTER_ADDR"] == envs[3]["MASTER_ADDR"] and envs[0]["MASTER_PORT"] == envs[3]["MASTER_PORT"]
 
 
+def test_nproc_cpu_is_resolved_on_each_node(slurm_cluster, cluster_env, sgpu, tmp_path):
+    # Every node "has" 8 GPUs (SGPU_FAKE_GPUS): torchrun's --nproc cpu must
+    # still mean that node's CPUs, counted where the ranks run.
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(cluster_env, OUT_DIR=str(out))
+    res = slurm_cluster.run("salloc", "-N2", *sgpu_cmd(sgpu, "launch", "--nproc", "cpu", python_program("dump_env.py")),
+                            env=env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    envs = read_envs(out)
+    cpus = os.cpu_count()
+    assert len(envs) == 2 * cpus
+    assert {e["LOCAL_WORLD_SIZE"] for e in envs} == {str(cpus)}
+    assert {e["WORLD_SIZE"] for e in envs} == {str(2 * cpus)}
+
+
 def final_loss(text):
     m = re.findall(r"final loss (\d+\.\d+)", text)
     assert m, text

@@ -41,6 +41,7 @@ std::string encode_job(const JobDescription& job) {
   j["python"] = s.python;
   j["gpus"] = s.gpus ? json(*s.gpus) : json();
   j["nproc"] = s.nproc ? json(*s.nproc) : json();
+  j["nproc_mode"] = s.nproc_mode;  // torchrun's gpu/auto/cpu: each agent resolves it on its node
   j["gpu_type"] = s.gpu_type;
   j["gpu_bind"] = s.gpu_bind == GpuBind::PerRank ? "per-rank" : "node";
   j["master_port"] = s.master_port ? json(*s.master_port) : json();
@@ -71,6 +72,7 @@ JobDescription decode_job(std::string_view text) {
     take(j, "python", s.python);
     take(j, "gpus", s.gpus);
     take(j, "nproc", s.nproc);
+    take(j, "nproc_mode", s.nproc_mode);
     take(j, "gpu_type", s.gpu_type);
     std::string bind = "node";
     take(j, "gpu_bind", bind);

@@ -63,6 +63,7 @@ TEST_CASE("launcher::encode_job and decode_job") {
   job.spec.entrypoint = {sgpu::env::Entrypoint::Kind::Module, "pkg.train", {"--lr", "0.1", "", "a b"}};
   job.spec.python = "/usr/bin/python3";
   job.spec.gpus = 8;
+  job.spec.nproc_mode = "auto";  // resolved by each agent on its own node
   job.spec.gpu_type = "H100";
   job.spec.gpu_bind = GpuBind::PerRank;
   job.spec.master_port = 29500;
@@ -78,6 +79,7 @@ TEST_CASE("launcher::encode_job and decode_job") {
   CHECK(back.spec.python == job.spec.python);
   CHECK(back.spec.gpus == 8);
   CHECK_FALSE(back.spec.nproc.has_value());
+  CHECK(back.spec.nproc_mode == "auto");
   CHECK(back.spec.gpu_type == "H100");
   CHECK(back.spec.gpu_bind == GpuBind::PerRank);
   CHECK(back.spec.master_port == 29500);
