@@ -58,6 +58,24 @@ int job_exit_code(const JobEnd& end) {
   return 1;
 }
 
+EndClass end_class(JobEnd::Kind kind) {
+  switch (kind) {
+    case JobEnd::Kind::Completed:
+      return EndClass::Succeeded;
+    case JobEnd::Kind::TimedOut:
+      return EndClass::TimedOut;
+    case JobEnd::Kind::Interrupted:
+    case JobEnd::Kind::StoppedByScheduler:
+      return EndClass::StoppedFromOutside;
+    case JobEnd::Kind::RankFailed:
+    case JobEnd::Kind::SpawnFailed:
+    case JobEnd::Kind::NodeLost:
+    case JobEnd::Kind::NotStarted:
+      break;
+  }
+  return EndClass::Failed;
+}
+
 const char* job_end_name(JobEnd::Kind kind) {
   switch (kind) {
     case JobEnd::Kind::Completed:

@@ -69,3 +69,22 @@ TEST_CASE("env::rank_verdict") {
   CHECK(rank_verdict(ExitStatus::exited(1), false) == RankVerdict::Failed);
   CHECK(rank_verdict(ExitStatus::killed(SIGTERM), true) == RankVerdict::TerminatedBySgpu);
 }
+
+TEST_CASE("env::end_class") {
+  using K = JobEnd::Kind;
+  using C = EndClass;
+  const std::pair<K, C> rows[] = {
+      {K::Completed, C::Succeeded},
+      {K::RankFailed, C::Failed},
+      {K::TimedOut, C::TimedOut},
+      {K::Interrupted, C::StoppedFromOutside},
+      {K::SpawnFailed, C::Failed},
+      {K::NodeLost, C::Failed},
+      {K::StoppedByScheduler, C::StoppedFromOutside},
+      {K::NotStarted, C::Failed},
+  };
+  for (const auto& [kind, cls] : rows) {
+    CAPTURE(job_end_name(kind));
+    CHECK(end_class(kind) == cls);
+  }
+}

@@ -22,19 +22,14 @@ std::optional<RunState> parse_run_state(std::string_view name) {
 }
 
 RunState final_state(env::JobEnd::Kind kind) {
-  using K = env::JobEnd::Kind;
-  switch (kind) {
-    case K::Completed:
+  switch (env::end_class(kind)) {
+    case env::EndClass::Succeeded:
       return RunState::Succeeded;
-    case K::TimedOut:
+    case env::EndClass::TimedOut:
       return RunState::TimedOut;
-    case K::Interrupted:
-    case K::StoppedByScheduler:  // scancel, preemption, SLURM's time limit: stopped from outside
+    case env::EndClass::StoppedFromOutside:  // Ctrl-C, cancel, scancel, preemption
       return RunState::Cancelled;
-    case K::RankFailed:
-    case K::SpawnFailed:
-    case K::NodeLost:
-    case K::NotStarted:
+    case env::EndClass::Failed:
       break;
   }
   return RunState::Failed;

@@ -279,18 +279,13 @@ std::optional<RunInfo> parse_run_info(std::string_view body) {
 }
 
 std::string_view run_status(env::JobEnd::Kind end) {
-  using Kind = env::JobEnd::Kind;
-  switch (end) {
-    case Kind::Completed:
+  switch (env::end_class(end)) {
+    case env::EndClass::Succeeded:
       return "FINISHED";
-    case Kind::TimedOut:
-    case Kind::Interrupted:
-    case Kind::StoppedByScheduler:
+    case env::EndClass::TimedOut:
+    case env::EndClass::StoppedFromOutside:
       return "KILLED";
-    case Kind::RankFailed:
-    case Kind::SpawnFailed:
-    case Kind::NodeLost:
-    case Kind::NotStarted:
+    case env::EndClass::Failed:
       break;
   }
   return "FAILED";

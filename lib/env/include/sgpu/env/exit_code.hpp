@@ -64,6 +64,12 @@ struct JobEnd {
 // The exit code of a job that ended so (README "Exit codes"): the one rule.
 int job_exit_code(const JobEnd& end);
 
+// What kind of end it was, for those that sort runs coarsely (`sgpu runs`'
+// states, MLflow's run status): stopped from outside is a signal to sgpu or
+// the scheduler's doing.
+enum class EndClass { Succeeded, Failed, TimedOut, StoppedFromOutside };
+EndClass end_class(JobEnd::Kind kind);
+
 // "rank_failed", "timed_out", ...: the end's name in events.jsonl and summary.json.
 const char* job_end_name(JobEnd::Kind kind);
 
