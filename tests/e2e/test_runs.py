@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import pid_alive
+from multinode import all_dead, wait_for
 
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 
@@ -37,21 +37,10 @@ def status(sgpu, run):
     return json.loads(res.stdout)
 
 
-def wait_for_files(paths, timeout=20, nonempty=True):
+def wait_for_files(paths, nonempty=True):
     """The ranks' own files (pids, 'started') are the job's state, not sgpu's: bounded wait."""
-    deadline = time.monotonic() + timeout
-    while not all(p.exists() and (p.stat().st_size > 0 or not nonempty) for p in paths):
-        assert time.monotonic() < deadline, f"missing: {[str(p) for p in paths if not p.exists()]}"
-        time.sleep(0.02)
-
-
-def all_dead(pids, timeout=5):
-    deadline = time.monotonic() + timeout
-    while any(pid_alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    wait_for(lambda: all(p.exists() and (p.stat().st_size > 0 or not nonempty) for p in paths), 20,
+             f"files {[str(p) for p in paths]}")
 
 
 def test_detach_then_status_then_logs_follow_to_the_exit_code(sgpu, tmp_path):
