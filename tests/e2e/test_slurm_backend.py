@@ -152,6 +152,19 @@ def test_nproc_cpu_is_resolved_on_each_node(slurm_cluster, cluster_env, sgpu, tm
     assert {e["WORLD_SIZE"] for e in envs} == {str(2 * cpus)}
 
 
+def test_dry_run_inside_an_allocation_shows_its_nodes(slurm_cluster, cluster_env, sgpu, tmp_path):
+    res = slurm_cluster.run("salloc", "-w", "node[1-2]",
+                            *sgpu_cmd(sgpu, "launch", "--dry-run", "-o", "json", "--nproc", 1, "--no-python", "true"),
+                            env=cluster_env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["backend"] == "slurm"
+    hosts = [n["host"] for n in doc["nodes"]]
+    assert len(hosts) == 2 and hosts[0].startswith("node1 ") and hosts[1].startswith("node2 "), hosts
+    assert doc["master_addr"] == "node1"
+    assert [r["env"]["NODE_RANK"] for r in doc["ranks"]] == ["0", "1"]
+
+
 def final_loss(text):
     m = re.findall(r"final loss (\d+\.\d+)", text)
     assert m, text
