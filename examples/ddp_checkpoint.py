@@ -9,7 +9,8 @@ TORCHELASTIC_RESTART_COUNT tells a restart (1, 2, ...) from the first start
 --fail-at-epoch E makes the last rank crash at the start of epoch E on the
 first attempt only, to see a restart resume from epoch E. The data, the
 initial weights and the order of the batches depend only on the seed, so the
-final loss is the same with or without a failure on the way.
+final loss is the same with or without a failure on the way. The model, the
+data and an epoch's training are ddp_mlp.py's, beside this file.
 """
 import argparse
 import json
@@ -20,13 +21,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-
-def make_data(seed, samples, features):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(samples, features, generator=g)
-    w = torch.randn(features, 1, generator=g)
-    y = torch.tanh(x @ w) + 0.05 * torch.randn(samples, 1, generator=g)
-    return x, y
+from ddp_mlp import make_data, make_model, train_epoch  # examples/, beside this file
 
 
 def save_checkpoint(path, model, opt, epoch):
@@ -56,7 +51,7 @@ def main():
     path = os.path.join(args.checkpoint_dir, "checkpoint.pt")
 
     torch.manual_seed(args.seed)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+    model = DDP(make_model())
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     start_epoch = 0
     if restart > 0 and os.path.exists(path):
@@ -68,23 +63,11 @@ def main():
         print(f"attempt {restart}: starting at epoch {start_epoch}", flush=True)
 
     x, y = make_data(args.seed, args.samples, 16)
-    per_rank = args.batch // world
     loss_value = 0.0
     for epoch in range(start_epoch, args.epochs):
         if epoch == args.fail_at_epoch and restart == 0 and rank == world - 1:
             raise RuntimeError(f"failing on purpose at epoch {epoch} (--fail-at-epoch)")
-        total = torch.zeros(1)
-        steps = args.samples // args.batch
-        for step in range(steps):
-            lo = step * args.batch + rank * per_rank
-            xb, yb = x[lo:lo + per_rank], y[lo:lo + per_rank]
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(xb), yb)
-            loss.backward()
-            opt.step()
-            total += loss.detach()
-        dist.all_reduce(total)
-        loss_value = total.item() / (steps * world)
+        loss_value = train_epoch(model, opt, x, y, args.batch, rank, world)
         if rank == 0:
             save_checkpoint(path, model, opt, epoch)
             print(f"epoch {epoch} loss {loss_value:.6f}", flush=True)

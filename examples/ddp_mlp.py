@@ -24,6 +24,28 @@ def make_data(seed, samples, features):
     return x, y
 
 
+def make_model():
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+
+def train_epoch(model, opt, x, y, batch, rank, world):
+    """One pass over the data; each step takes this rank's share of a global
+    batch. Returns the epoch's mean loss over every rank."""
+    per_rank = batch // world
+    total = torch.zeros(1)
+    steps = len(x) // batch
+    for step in range(steps):
+        lo = step * batch + rank * per_rank
+        xb, yb = x[lo:lo + per_rank], y[lo:lo + per_rank]
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        loss.backward()
+        opt.step()
+        total += loss.detach()
+    dist.all_reduce(total)
+    return total.item() / (steps * world)
+
+
 @record
 def main():
     parser = argparse.ArgumentParser()
@@ -39,25 +61,13 @@ def main():
         raise SystemExit(f"--batch {args.batch} must be a multiple of the world size {world}")
 
     torch.manual_seed(args.seed)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+    model = DDP(make_model())
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     x, y = make_data(args.seed, args.samples, 16)
-    per_rank = args.batch // world
 
     loss_value = 0.0
     for epoch in range(args.epochs):
-        total = torch.zeros(1)
-        steps = args.samples // args.batch
-        for step in range(steps):
-            lo = step * args.batch + rank * per_rank
-            xb, yb = x[lo:lo + per_rank], y[lo:lo + per_rank]
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(xb), yb)
-            loss.backward()
-            opt.step()
-            total += loss.detach()
-        dist.all_reduce(total)
-        loss_value = total.item() / (steps * world)
+        loss_value = train_epoch(model, opt, x, y, args.batch, rank, world)
         if rank == 0:
             print(f"epoch {epoch} loss {loss_value:.6f}", flush=True)
 
