@@ -146,7 +146,7 @@ int dry_run(LaunchRequest request) {
     auto layout = backend->describe(ctx);
     request.resolved.spec = ctx.spec;
     DryRunInputs in;
-    for (auto& n : layout.nodes) in.nodes.push_back({n.host, n.gpus});
+    in.nodes = layout.nodes;
     in.master_addr = layout.master_addr;
     in.notes = layout.notes;
     in.backend = info.flag_name;

@@ -102,8 +102,7 @@ hosts = ["alice@gpu-a:8", "gpu-b:8"]
   backend->check(ctx);
   auto layout = backend->describe(ctx);
   auto in = inputs("1xL4");
-  in.nodes.clear();
-  for (const auto& n : layout.nodes) in.nodes.push_back({n.host, n.gpus});
+  in.nodes = layout.nodes;
   in.master_addr = layout.master_addr;
   auto dry = make_dry_run(spec, in);
   REQUIRE(dry.nodes.size() == 2);

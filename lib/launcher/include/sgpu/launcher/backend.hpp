@@ -29,6 +29,7 @@
 #include "sgpu/env/gpu.hpp"
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/job/agent.hpp"
+#include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
@@ -60,13 +61,10 @@ struct LaunchContext {
   std::function<void(LaunchContext&, LaunchPlan&)> before_start;
 };
 
-// A node as --dry-run shows it.
-struct PlannedNode {
-  std::string host;  // "this node", "gpu-a", "SLURM node 1 (node3)"
-  // This node's real GPUs and environment, when the plan is made where the
-  // ranks run; nullopt: planned with the GPUs asked for, checked there at launch.
-  std::optional<std::vector<env::Gpu>> gpus;
-};
+// A node as --dry-run shows it: its name ("this node", "gpu-a", "node3 (SLURM
+// job 42, node 1)") and this node's real GPUs when the plan is made where the
+// ranks run (nullopt: planned with the GPUs asked for, checked at launch).
+using PlannedNode = DryRunNode;
 
 struct PlannedLayout {
   std::vector<PlannedNode> nodes;

@@ -31,8 +31,8 @@ struct DryRun {
   std::vector<std::string> notes;
 };
 
-// How the chosen backend lays the job out (backend.hpp's PlannedLayout,
-// repeated here so the plan stays below the backends).
+// One node as the chosen backend lays the job out (backend.hpp's
+// PlannedNode is this type: the plan stays below the backends).
 struct DryRunNode {
   std::string host;
   std::optional<std::vector<env::Gpu>> gpus;  // this node's; nullopt: planned with the GPUs asked for
