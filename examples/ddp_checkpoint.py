@@ -63,11 +63,11 @@ def main():
         print(f"attempt {restart}: starting at epoch {start_epoch}", flush=True)
 
     x, y = make_data(args.seed, args.samples, 16)
-    loss_value = 0.0
+    loss_value, epoch_loss = 0.0, None
     for epoch in range(start_epoch, args.epochs):
         if epoch == args.fail_at_epoch and restart == 0 and rank == world - 1:
             raise RuntimeError(f"failing on purpose at epoch {epoch} (--fail-at-epoch)")
-        loss_value = train_epoch(model, opt, x, y, args.batch, rank, world)
+        loss_value, epoch_loss = train_epoch(model, opt, x, y, args.batch, rank, world)
         if rank == 0:
             save_checkpoint(path, model, opt, epoch)
             print(f"epoch {epoch} loss {loss_value:.6f}", flush=True)
@@ -80,6 +80,7 @@ def main():
         with open(result_file, "w") as f:
             json.dump({"rank": rank, "start_epoch": start_epoch, "final_loss": round(loss_value, 6)}, f)
     dist.destroy_process_group()
+    del model  # while epoch_loss lives: see train_epoch
 
 
 if __name__ == "__main__":

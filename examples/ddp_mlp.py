@@ -30,7 +30,11 @@ def make_model():
 
 def train_epoch(model, opt, x, y, batch, rank, world):
     """One pass over the data; each step takes this rank's share of a global
-    batch. Returns the epoch's mean loss over every rank."""
+    batch. Returns the epoch's mean loss over every rank, and the tensor that
+    went through all_reduce. Keep that tensor until the model is gone:
+    torch 1.13 (Debian 12's) hangs at exit now and then otherwise, when a gloo
+    worker thread drops the last reference to a Python tensor and waits for
+    the GIL that the process group's destructor holds while joining it."""
     per_rank = batch // world
     total = torch.zeros(1)
     steps = len(x) // batch
@@ -43,7 +47,7 @@ def train_epoch(model, opt, x, y, batch, rank, world):
         opt.step()
         total += loss.detach()
     dist.all_reduce(total)
-    return total.item() / (steps * world)
+    return total.item() / (steps * world), total
 
 
 @record
@@ -65,9 +69,9 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     x, y = make_data(args.seed, args.samples, 16)
 
-    loss_value = 0.0
+    loss_value, epoch_loss = 0.0, None
     for epoch in range(args.epochs):
-        loss_value = train_epoch(model, opt, x, y, args.batch, rank, world)
+        loss_value, epoch_loss = train_epoch(model, opt, x, y, args.batch, rank, world)
         if rank == 0:
             print(f"epoch {epoch} loss {loss_value:.6f}", flush=True)
 
@@ -78,6 +82,7 @@ def main():
         with open(result_file, "w") as f:
             json.dump({"rank": rank, "final_loss": round(loss_value, 6)}, f)
     dist.destroy_process_group()
+    del model  # while epoch_loss lives: see train_epoch
 
 
 if __name__ == "__main__":
