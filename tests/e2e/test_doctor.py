@@ -6,11 +6,12 @@ import ctypes
 import json
 import os
 import pathlib
+import re
 import time
 
 import pytest
 
-from conftest import sgpu_bin
+from conftest import newest_summary, sgpu_bin
 
 # 8 B .. 64 KiB by 2: 14 sizes, 2 timed calls each. The fake's barriers cost a
 # few ms on a loaded machine, so its simulated link (1 MB/s, 65 ms for 64 KiB)
@@ -218,3 +219,77 @@ def test_devices_reads_the_fake_nvml_through_the_real_dlopen_path(fake):
     assert res.returncode == 0, res.stderr
     assert [(g["type"], g["pci_bus_id"]) for g in json.loads(res.stdout)] == [("H100", "00000000:18:00.0"),
                                                                               ("H100", "00000000:19:00.0")]
+
+
+# sgpu launch --preflight: the same checks on exactly the job's GPUs, before any rank starts.
+PREFLIGHT = ["--preflight", "--set", "preflight.max_bytes=64K", "--set", "preflight.iters=2"]
+RANK = ["--no-python", "sh", "-c", 'echo "ran $RANK on $CUDA_VISIBLE_DEVICES"; touch "ran-$RANK"']
+
+
+def run_dir_of(sgpu):
+    runs = list((pathlib.Path(sgpu.env["SGPU_HOME"]) / "runs").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_launch_preflight_checks_the_jobs_gpus_then_starts_the_ranks(fake):
+    res = fake.run("launch", "--gpus", "2", *PREFLIGHT, "--set", "preflight.expect_busbw=0.0005", *RANK)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert re.search(r"^sgpu: preflight: 2 GPUs healthy in \d+\.\ds \(busbw [\d.]+ GB/s at 64 KiB\)$", res.stderr,
+                     re.M), res.stderr
+    assert sorted(res.stdout.splitlines()) == ["[0] ran 0 on 0,1", "[1] ran 1 on 0,1"]
+    report = json.loads((run_dir_of(fake) / "preflight.json").read_text())
+    assert report["status"] == "healthy"
+    assert [g["pci_bus_id"] for g in report["gpus"]] == ["00000000:18:00.0", "00000000:19:00.0"]
+
+
+def test_launch_preflight_that_fails_names_the_gpu_and_starts_no_rank(fake):
+    fake.env["SGPU_FAKE_DRIVER_ECC"] = "1:3"
+    res = fake.run("launch", "--gpus", "2", *PREFLIGHT, "--set", "preflight.expect_busbw=0.0005", *RANK)
+    assert res.returncode == 1, res.stdout + res.stderr
+    run_dir = run_dir_of(fake)
+    assert re.search(r"^sgpu: error: preflight: failed in \d+\.\ds: GPU 1 \(00000000:19:00\.0\): 3 uncorrectable "
+                     r"ECC errors since the driver loaded; no rank was started \(report: "
+                     + re.escape(str(run_dir / "preflight.json")) + r"\)$", res.stderr, re.M), res.stderr
+    assert res.stdout == "" and not list(fake.cwd.glob("ran-*"))
+    summary = newest_summary(fake.env)
+    assert summary["status"] == "not_started" and summary["exit_code"] == 1
+    assert json.loads((run_dir / "preflight.json").read_text())["status"] == "failed"
+
+
+def test_launch_preflight_that_hangs_costs_its_limit_and_leaves_no_worker(fake, tmp_path):
+    fake.env["SGPU_FAKE_NCCL_HANG"] = "1"
+    started = time.monotonic()
+    res = fake.run("launch", "--gpus", "2", *PREFLIGHT, "--set", "preflight.timeout=1s", *RANK, timeout=30)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "the all-reduce did not finish within 1s at 8 B" in res.stderr
+    assert time.monotonic() - started < 6
+    assert not list(fake.cwd.glob("ran-*"))
+    assert workers_left(str(tmp_path)) == []
+
+
+def test_launch_preflight_without_nccl_exits_3_and_starts_no_rank(fake, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "libnccl.so.2").write_bytes(b"")  # found first, and not a library
+    fake.env["LD_LIBRARY_PATH"] = f"{broken}{os.pathsep}{fake.env['LD_LIBRARY_PATH']}"
+    res = fake.run("launch", "--gpus", "1", *PREFLIGHT, *RANK)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "sgpu: error: preflight: not checked: no NCCL: " in res.stderr
+    assert "drop it to launch unchecked" in res.stderr
+    assert not list(fake.cwd.glob("ran-*"))
+
+
+def test_launch_preflight_usage_errors_exit_2_before_anything_starts(fake):
+    for args, says in (
+            (["--gpus", "2", "--preflight", "--set", "preflight.max_bytes=1T"], "preflight.max_bytes=1T: not a size"),
+            (["--gpus", "2", "--preflight", "--set", "preflight.expect_busbw=fast"], "not a bandwidth"),
+            (["--nproc", "2", "--preflight"], "--preflight: the preflight checks the job's GPUs, and this job runs "
+                                               "2 CPU ranks; ask for GPUs (--gpus N), or drop it"),
+            (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29400", "--gpus-per-node", "1",
+              "--preflight", "--dry-run"], "--preflight: the preflight checks one node's GPUs, on the local backend "
+                                           "only so far, not with the static backend")):
+        res = fake.run("launch", *args, *RANK)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert says in res.stderr, (args, res.stderr)
+        assert not list(fake.cwd.glob("ran-*"))

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/launch_preflight.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/outputs/outputs.hpp"
@@ -89,18 +90,27 @@ int launch(LaunchRequest request) {
   for (const auto& w : tracking_warnings) fmt::print(stderr, "sgpu: warning: {}\n", w);
   std::optional<MlflowTracker> tracker;
   std::optional<TrackedRun> tracked;
+  // Just before the ranks start, in order: the preflight (a launch that fails
+  // it makes no MLflow run), then MLflow's run, whose variables every rank gets.
+  std::vector<std::function<void(LaunchContext&, LaunchPlan&)>> before_start;
+  if (ctx.spec.preflight.enabled) before_start.emplace_back(run_launch_preflight);
   if (tracking && info.name != "local") {
     fmt::print(stderr, "sgpu: warning: MLflow tracking covers one-node runs for now; this {} run is not tracked\n",
                info.name);
   } else if (tracking) {
     tracker.emplace(io, std::move(*tracking));  // runs the loop only while its calls are in flight
-    ctx.before_start = [&](LaunchContext& c, LaunchPlan& plan) {
+    before_start.emplace_back([&](LaunchContext& c, LaunchPlan& plan) {
       tracked = tracker->begin(describe_run(c.spec, plan, c.inherited));
       if (!tracked) return;
       for (const auto& [name, value] : tracked->env) {
         c.spec.env[name] = value;
         for (auto& r : plan.ranks) r.env[name] = value;
       }
+    });
+  }
+  if (!before_start.empty()) {
+    ctx.before_start = [&](LaunchContext& c, LaunchPlan& plan) {
+      for (const auto& step : before_start) step(c, plan);
     };
   }
   // The console, logs and report are made once the ranks are placed.
@@ -116,6 +126,7 @@ int launch(LaunchRequest request) {
   BackendRun result;
   try {
     check_restarts(ctx.spec, info);
+    check_launch_preflight(ctx.spec, info);
     backend->check(ctx);
     result = backend->run(ctx, observe);
   } catch (const Error& e) {
@@ -142,6 +153,7 @@ int dry_run(LaunchRequest request) {
     const auto& info = choose_backend(ctx.spec, ctx.inherited);
     auto backend = info.make();
     check_restarts(ctx.spec, info);
+    check_launch_preflight(ctx.spec, info);
     backend->check(ctx);
     auto layout = backend->describe(ctx);
     request.resolved.spec = ctx.spec;

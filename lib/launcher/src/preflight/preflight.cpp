@@ -1,12 +1,14 @@
 #include "sgpu/launcher/preflight/preflight.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 
 #include <fmt/format.h>
 
 #include "devices/shared_library.hpp"
 #include "preflight/allreduce_run.hpp"
+#include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
 
@@ -129,18 +131,54 @@ PreflightResult run_preflight(const PreflightRequest& request) {
   return finish();
 }
 
-PreflightResult preflight_gpus(const std::vector<int>& gpu_indices, const std::filesystem::path& run_dir,
-                               const env::Environment& environment) {
-  auto discovery = discover_gpus(environment);
+PreflightRequest preflight_request(const JobSpec& spec) {
+  const auto& p = spec.preflight;
   PreflightRequest request;
-  request.environment = environment;
-  request.run_dir = run_dir;
+  auto where = [&](std::string_view key, const std::string& value) {
+    return where_set(spec, key, fmt::format("{} = {}", key, value));
+  };
+  std::uint64_t max_bytes = 0;
+  try {
+    max_bytes = parse_bytes(p.max_bytes, "preflight.max_bytes");
+  } catch (const Error&) {
+    throw Error(fmt::format("{}: not a size; write bytes as 8, 64K, 1M or 1G (powers of 1024)",
+                            where("preflight.max_bytes", p.max_bytes)),
+                kExitUsage);
+  }
+  if (max_bytes < 8)
+    throw Error(fmt::format("{}: the largest all-reduce must be at least 8 bytes (8, 64K, 1M, 1G)",
+                            where("preflight.max_bytes", p.max_bytes)),
+                kExitUsage);
+  request.sizes = allreduce_sizes(8, max_bytes, 2);
+  request.iters = p.iters;
+  request.warmup = std::min(5, p.iters);
+  auto limit = env::parse_duration(p.timeout, where("preflight.timeout", p.timeout));
+  if (!limit)
+    throw Error(fmt::format("{}: the preflight needs a limit, so a hung all-reduce cannot hang the launch",
+                            where("preflight.timeout", p.timeout)),
+                kExitUsage);
+  request.timeout = std::chrono::ceil<std::chrono::milliseconds>(*limit);
+  if (!p.expect_busbw.empty()) {
+    double gbps = 0;
+    auto [end, ec] = std::from_chars(p.expect_busbw.data(), p.expect_busbw.data() + p.expect_busbw.size(), gbps);
+    if (ec != std::errc() || end != p.expect_busbw.data() + p.expect_busbw.size() || !(gbps > 0))
+      throw Error(fmt::format("{}: not a bandwidth; write GB/s as a positive number, e.g. 350 or 0.5",
+                              where("preflight.expect_busbw", p.expect_busbw)),
+                  kExitUsage);
+    request.expect_busbw = gbps;
+  }
+  return request;
+}
+
+PreflightResult preflight_gpus(const std::vector<int>& gpu_indices, PreflightRequest request) {
+  auto discovery = discover_gpus(request.environment);
   if (discovery.source == "none") {
     PreflightResult r;
     r.status = PreflightResult::Status::unavailable;
     r.unavailable = discovery.note;
     return r;
   }
+  request.gpus.clear();
   for (int index : gpu_indices) {
     auto it =
         std::find_if(discovery.gpus.begin(), discovery.gpus.end(), [&](const env::Gpu& g) { return g.index == index; });

@@ -20,6 +20,7 @@
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/preflight/checks.hpp"
 #include "sgpu/launcher/preflight/health.hpp"
+#include "sgpu/launcher/spec/spec.hpp"
 
 namespace sgpu::launcher::preflight {
 
@@ -75,11 +76,18 @@ struct PreflightResult {
 // result), only sgpu::Error for a bad request.
 PreflightResult run_preflight(const PreflightRequest& request);
 
-// For `sgpu launch --preflight`: exactly these GPUs (sgpu's indices, as the
-// job's plan names them), defaults for the rest; the report is also kept in
-// `run_dir`/preflight.json. Throws sgpu::Error for an index this node lacks.
-PreflightResult preflight_gpus(const std::vector<int>& gpu_indices, const std::filesystem::path& run_dir,
-                               const env::Environment& environment);
+// What a job spec's [preflight] table asks for: sizes from 8 B to its
+// max_bytes, its iterations, time limit and expectation; the GPUs, the
+// environment and the report's directory are the caller's to fill. Throws
+// sgpu::Error (exit 2) naming the key at fault, so a launch checks it before
+// anything starts.
+PreflightRequest preflight_request(const JobSpec& spec);
+
+// For `sgpu launch --preflight`: `request` on exactly these GPUs (sgpu's
+// indices, as the job's plan names them), found on this node; the report is
+// kept in request.run_dir/preflight.json. Throws sgpu::Error for an index
+// this node lacks.
+PreflightResult preflight_gpus(const std::vector<int>& gpu_indices, PreflightRequest request);
 
 int preflight_exit_code(const PreflightResult& result);  // 0, 1, or 3
 std::string preflight_text(const PreflightResult& result);

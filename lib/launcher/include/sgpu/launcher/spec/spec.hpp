@@ -71,6 +71,16 @@ struct MlflowSpec {
   std::string timeout = "5s";
 };
 
+// [preflight]: the GPU check before the ranks start (`sgpu launch --preflight`,
+// the same checks as `sgpu doctor` on exactly the job's GPUs).
+struct PreflightSpec {
+  bool enabled = false;
+  std::string max_bytes = "1G";  // the largest all-reduce, where the bus bandwidth is judged
+  int iters = 20;                // timed all-reduces per size
+  std::string timeout = "3m";    // the whole check, setup included
+  std::string expect_busbw;      // GB/s; "" means the GPU type's expectation
+};
+
 struct JobSpec {
   env::Entrypoint entrypoint;
   std::string python;        // "" means $SGPU_PYTHON, else python3 on PATH
@@ -93,6 +103,7 @@ struct JobSpec {
   SlurmSpec slurm;
   RendezvousSpec rendezvous;
   MlflowSpec mlflow;
+  PreflightSpec preflight;
 
   // How each key that was set got its value, for messages: key ->
   // "--gpus 4", "job.toml:4:8: resources.gpus = 4", "--set resources.gpus=4".

@@ -1,0 +1,57 @@
+#include "engine/launch_preflight.hpp"
+
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/preflight/preflight.hpp"
+
+namespace sgpu::launcher {
+
+namespace pf = preflight;
+
+void check_launch_preflight(const JobSpec& spec, const BackendInfo& backend) {
+  if (!spec.preflight.enabled) return;
+  if (backend.name != "local")
+    throw Error(
+        fmt::format("{}: the preflight checks one node's GPUs, on the local backend only so far, not with the "
+                    "{} backend; drop it, and run `sgpu doctor` on each node",
+                    where_set(spec, "preflight.enabled", "--preflight"), backend.name));
+  (void)pf::preflight_request(spec);  // every [preflight] value, checked now
+}
+
+void run_launch_preflight(const LaunchContext& ctx, const LaunchPlan& plan) {
+  if (plan.gpus.empty())
+    throw Error(fmt::format(
+        "{}: the preflight checks the job's GPUs, and this job runs {} CPU rank{}; ask for GPUs "
+        "(--gpus N), or drop it",
+        where_set(ctx.spec, "preflight.enabled", "--preflight"), plan.ranks.size(), plan.ranks.size() == 1 ? "" : "s"));
+  auto request = pf::preflight_request(ctx.spec);
+  request.environment = ctx.inherited;
+  request.run_dir = ctx.run_dir;
+  std::vector<int> indices;
+  for (const auto& g : plan.gpus) indices.push_back(g.index);
+  auto result = pf::preflight_gpus(indices, request);
+  auto report = (std::filesystem::path(ctx.run_dir) / "preflight.json").string();
+  switch (result.status) {
+    case pf::PreflightResult::Status::healthy:
+      fmt::print(stderr, "sgpu: {}\n", pf::preflight_headline(result));
+      return;
+    case pf::PreflightResult::Status::failed: {
+      std::string every;
+      if (result.failures.size() > 1) {
+        for (const auto& f : result.failures) every += fmt::format("\n  {}", f);
+      }
+      throw Error(fmt::format("{}; no rank was started (report: {}){}", pf::preflight_headline(result), report, every),
+                  pf::kExitCheckFailed);
+    }
+    case pf::PreflightResult::Status::unavailable:
+      throw Error(fmt::format("{}; no rank was started: --preflight asks for the check (drop it to launch unchecked)",
+                              pf::preflight_headline(result)),
+                  pf::kExitUnavailable);
+  }
+}
+
+}  // namespace sgpu::launcher
