@@ -4,6 +4,7 @@ client; servers that are down or hang; the [mlflow] keys and flags."""
 import json
 import os
 import pathlib
+import re
 import socket
 import subprocess
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from conftest import python_program
 from mlflow_server import MlflowServer, venv_python
+from multinode import free_port, make_secret_file, static_node
 
 RANK = python_program("mlflow_rank.py")
 QUERY = python_program("mlflow_query.py")
@@ -175,3 +177,34 @@ def test_mlflow_keys_in_a_spec(sgpu, tmp_path):
     spec.write_text('[mlflow]\nexperimnt = "e"\n')
     r = sgpu.run("launch", "--config", spec, "--dry-run", "--nproc", 1, "--no-python", "/bin/true")
     assert r.returncode == 2 and "did you mean 'mlflow.experiment'" in r.stderr
+
+
+def test_two_static_nodes_are_one_run_that_every_rank_logs_into(tracked, tmp_path):
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    env1 = dict(tracked.env, SGPU_HOME=str(tmp_path / "node1-home"))
+    n0 = static_node(tracked, 2, 0, endpoint, secret, "--nproc", 1, "-o", "json", RANK, "ok")
+    n1 = static_node(tracked, 2, 1, endpoint, secret, "--nproc", 1, RANK, "ok", env=env1)
+    o0, e0 = n0.communicate(timeout=120)
+    _, e1 = n1.communicate(timeout=120)
+    assert n0.returncode == 0 and n1.returncode == 0, (e0, e1)
+    run_id = json.loads(o0)["mlflow"]["run_id"]
+    # One run, made by the launcher (node 0); node 0's console shows every rank's line.
+    assert set(re.findall(r"sgpu: mlflow run \S+/runs/(\w+)", e0)) == {run_id} and "mlflow run" not in e1, (e0, e1)
+    assert set(re.findall(r"rank (\d) in run (\w+)", e0)) == {("0", run_id), ("1", run_id)}, e0
+    run = query(tracked.env, "run", run_id)
+    assert run["status"] == "FINISHED"
+    assert (run["params"]["sgpu.nnodes"], run["params"]["sgpu.world_size"]) == ("2", "2")
+    assert run["metrics"]["loss"] == [[1, 0.25]]
+    assert run["metrics"]["sgpu.exit_code"] == [[0, 0]]
+
+
+def test_a_multi_node_run_that_never_starts_is_failed_with_its_code(tracked, tmp_path):
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    n0 = static_node(tracked, 2, 0, endpoint, secret, "--nproc", 1, "--join-timeout", "1s", "-o", "json", RANK, "ok")
+    o0, e0 = n0.communicate(timeout=60)
+    assert n0.returncode == 1, e0
+    summary = json.loads(o0)
+    assert summary["status"] == "not_started"
+    run_id = re.search(r"sgpu: mlflow run \S+/runs/(\w+)", e0).group(1)
+    run = query(tracked.env, "run", run_id)
+    assert run["status"] == "FAILED" and run["metrics"]["sgpu.exit_code"] == [[0, 1]]

@@ -8,6 +8,7 @@ import time
 
 rank = int(os.environ["RANK"])
 how = sys.argv[1] if len(sys.argv) > 1 else "ok"
+print(f"rank {rank} in run {os.environ.get('MLFLOW_RUN_ID')}", flush=True)
 if rank == 0:
     import mlflow
     mlflow.log_metric("loss", 0.25, step=1)

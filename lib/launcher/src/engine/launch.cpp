@@ -43,6 +43,14 @@ void report_not_started(const LaunchContext& ctx, const Error& error) {
   std::fflush(stdout);
 }
 
+RunEnd not_started_end(const Error& error) {
+  RunEnd end;
+  end.end = env::JobEnd::Kind::NotStarted;
+  end.exit_code = error.exit_code();
+  end.started = end.ended = Clock::now();
+  return end;
+}
+
 LaunchContext context_of(LaunchRequest& request) {
   LaunchContext ctx;
   ctx.spec = std::move(request.resolved.spec);
@@ -94,10 +102,7 @@ int launch(LaunchRequest request) {
   // it makes no MLflow run), then MLflow's run, whose variables every rank gets.
   std::vector<std::function<void(LaunchContext&, LaunchPlan&)>> before_start;
   if (ctx.spec.preflight.enabled) before_start.emplace_back(run_launch_preflight);
-  if (tracking && info.name != "local") {
-    fmt::print(stderr, "sgpu: warning: MLflow tracking covers one-node runs for now; this {} run is not tracked\n",
-               info.name);
-  } else if (tracking) {
+  if (tracking) {
     tracker.emplace(io, std::move(*tracking));  // runs the loop only while its calls are in flight
     before_start.emplace_back([&](LaunchContext& c, LaunchPlan& plan) {
       tracked = tracker->begin(describe_run(c.spec, plan, c.inherited));
@@ -132,6 +137,9 @@ int launch(LaunchRequest request) {
   } catch (const Error& e) {
     backend->release(e.exit_code());
     report_not_started(ctx, e);
+    // A run that the nodes never started (the rendezvous failed, a host
+    // was unreachable) still ends its MLflow run, as FAILED with the code.
+    if (tracker && tracked) tracker->end(not_started_end(e));
     throw;
   }
   if (!result.hosted) {  // this node's part of a run another node hosts

@@ -106,9 +106,10 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   rdzv::Join on_welcome(const rdzv::Welcome& welcome) override {
     try {
       run_id = welcome.run_id;
-      if (options.spec) {
+      if (options.spec) {  // a static launch's node: its own spec, and what the launcher adds to every rank
         spec = *options.spec;
         cwd = options.cwd;
+        for (const auto& [name, value] : decode_job(welcome.job).added_env) spec.env[name] = value;
       } else {
         auto job = decode_job(welcome.job);
         spec = std::move(job.spec);

@@ -103,7 +103,17 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     so.join_timeout = to_ms(options.join_timeout);
     so.heartbeat_timeout = to_ms(options.heartbeat_timeout);
     so.run_id = run_id;
-    so.job = encode_job({spec, cwd});
+    env::Environment added;
+    if (options.before_start) {
+      auto plan = ClusterJob::job_plan(spec, run_id, run_dir, cwd, {}, options.master_addr, 0);
+      auto before = spec.env;
+      options.before_start(spec, plan);
+      for (const auto& [name, value] : spec.env) {
+        auto it = before.find(name);
+        if (it == before.end() || it->second != value) added[name] = value;
+      }
+    }
+    so.job = encode_job({spec, cwd, added});
     so.master_addr = options.master_addr;
     server = std::make_unique<rdzv::RendezvousServer>(io, options.listen, secret, so, *this);
   }

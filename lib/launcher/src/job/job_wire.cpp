@@ -50,6 +50,7 @@ std::string encode_job(const JobDescription& job) {
   j["log_dir"] = s.log_dir;
   j["env"] = s.env;
   j["cwd"] = job.cwd;
+  j["added_env"] = job.added_env;
   return j.dump();
 }
 
@@ -83,6 +84,7 @@ JobDescription decode_job(std::string_view text) {
     take(j, "log_dir", s.log_dir);
     take(j, "env", s.env);
     take(j, "cwd", job.cwd);
+    take(j, "added_env", job.added_env);
   } catch (const json::exception& e) {
     throw Error(fmt::format("the launcher sent a job this agent cannot read: {}", e.what()), 1);
   }

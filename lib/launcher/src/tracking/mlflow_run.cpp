@@ -78,13 +78,15 @@ KeyValues run_params(const RunDescription& job) {
   KeyValues params = {{"sgpu.entrypoint", job.entrypoint.target},
                       {"sgpu.entrypoint_kind", std::string(kind_name(job.entrypoint.kind))},
                       {"sgpu.args", args},
-                      {"sgpu.world_size", std::to_string(job.world_size)},
                       {"sgpu.nnodes", std::to_string(job.nnodes)},
-                      {"sgpu.nproc_per_node", std::to_string(job.nproc_per_node)},
                       {"sgpu.gpus", std::to_string(job.gpus)},
                       {"sgpu.gpu_type", job.gpu_type.empty() ? "none" : job.gpu_type},
                       {"sgpu.backend", job.backend},
                       {"sgpu.timeout", job.timeout}};
+  // Before a multi-node run's nodes have joined, the ranks are not known
+  // yet: the world size is logged at the end, the ranks per node not at all.
+  if (job.world_size > 0) params.emplace_back("sgpu.world_size", std::to_string(job.world_size));
+  if (job.nproc_per_node > 0) params.emplace_back("sgpu.nproc_per_node", std::to_string(job.nproc_per_node));
   for (const auto& [name, value] : job.spec_env) params.emplace_back("sgpu.env." + name, env::mask_secret(name, value));
   return params;
 }

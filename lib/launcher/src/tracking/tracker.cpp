@@ -42,6 +42,9 @@ struct MlflowTracker::Impl {
   mlflow::HttpClient client;
   std::optional<TrackedRun> run;
   std::string artifact_uri;
+  // Multi-node: the ranks per node are known once the nodes have joined, after
+  // the run was made; end() logs the world size then.
+  bool world_size_logged = false;
 
   // One phase (begin or end): its deadline, what is in flight, the first failure.
   Steady::time_point deadline;
@@ -180,6 +183,7 @@ MlflowTracker::~MlflowTracker() = default;
 std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
   auto& s = *impl_;
   s.start_phase();
+  s.world_size_logged = job.world_size > 0;
   s.with_experiment([&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
   s.wait();
   if (!s.run) {
@@ -199,7 +203,10 @@ void MlflowTracker::end(const RunEnd& end) {
   auto server_url = s.client.server();
   const auto& run_id = s.run->run_id;
   s.call(mlflow::update_run(server_url, run_id, mlflow::run_status(end.end), mlflow::epoch_ms(end.ended)), nullptr);
-  for (auto& batch : mlflow::log_batches(server_url, run_id, mlflow::end_metrics(end), {}, {}))
+  mlflow::KeyValues late_params;
+  if (!s.world_size_logged && !end.ranks.empty())
+    late_params.emplace_back("sgpu.world_size", std::to_string(end.ranks.size()));
+  for (auto& batch : mlflow::log_batches(server_url, run_id, mlflow::end_metrics(end), late_params, {}))
     s.call(std::move(batch), nullptr);
   bool proxied = true;
   for (const auto& [path, name] : end.artifacts) {

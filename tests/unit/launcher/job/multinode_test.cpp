@@ -72,6 +72,7 @@ TEST_CASE("launcher::encode_job and decode_job") {
   job.spec.log_dir = "/shared/runs";
   job.spec.env = {{"NCCL_DEBUG", "INFO"}};
   job.cwd = "/home/me/project";
+  job.added_env = {{"MLFLOW_RUN_ID", "abc"}};
   auto back = decode_job(encode_job(job));
   CHECK(back.spec.entrypoint.kind == job.spec.entrypoint.kind);
   CHECK(back.spec.entrypoint.target == "pkg.train");
@@ -88,6 +89,7 @@ TEST_CASE("launcher::encode_job and decode_job") {
   CHECK(back.spec.log_dir == "/shared/runs");
   CHECK(back.spec.env == job.spec.env);
   CHECK(back.cwd == job.cwd);
+  CHECK(back.added_env == job.added_env);
 
   CHECK_THROWS_WITH_AS(decode_job("not json"), doctest::Contains("cannot read"), sgpu::Error);
   CHECK_THROWS_WITH_AS(decode_job(R"({"format": 9})"), doctest::Contains("job description format 9"), sgpu::Error);

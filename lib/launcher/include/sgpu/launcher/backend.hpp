@@ -61,6 +61,20 @@ struct LaunchContext {
   std::function<void(LaunchContext&, LaunchPlan&)> before_start;
 };
 
+// ClusterOptions::before_start for a backend whose nodes join a ClusterJob:
+// the engine's steps (ctx.before_start) on the job's spec, whose variables
+// then travel to every node. Empty when the engine has none.
+inline std::function<void(JobSpec&, LaunchPlan&)> cluster_before_start(LaunchContext& ctx) {
+  if (!ctx.before_start) return {};
+  return [&ctx](JobSpec& spec, LaunchPlan& plan) {
+    ctx.run_id = plan.run_id;
+    ctx.run_dir = plan.run_dir;
+    ctx.spec.env = spec.env;
+    ctx.before_start(ctx, plan);
+    spec.env = ctx.spec.env;
+  };
+}
+
 // A node as --dry-run shows it: its name ("this node", "gpu-a", "node3 (SLURM
 // job 42, node 1)") and this node's real GPUs when the plan is made where the
 // ranks run (nullopt: planned with the GPUs asked for, checked at launch).

@@ -371,6 +371,7 @@ JobOutcome SlurmSession::run(const ClusterJob::ObserverFactory& make_observer) {
   copts.master_addr = in.spec.rendezvous.master_addr;
   copts.notice = run.notice;
   copts.on_end = [&run] { run.on_run_over(); };
+  copts.before_start = in.before_start;
   ClusterJob job(s.io, plan.node_spec, copts, in.inherited, in.cwd);
   s.run_id = job.run_id();
   s.run_dir = job.run_dir();
@@ -444,6 +445,7 @@ class SlurmBackend : public Backend {
     in_.inherited = ctx.inherited;
     in_.cwd = ctx.cwd;
     in_.self_exe = ctx.self_exe;
+    in_.before_start = cluster_before_start(ctx);
     if (in_.self_exe.empty()) throw Error("cannot find this sgpu binary (/proc/self/exe)", 1);
     session_ = std::make_unique<SlurmSession>(*ctx.io, in_);
     struct Created {

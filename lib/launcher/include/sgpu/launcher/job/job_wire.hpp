@@ -13,6 +13,10 @@ namespace sgpu::launcher {
 struct JobDescription {
   JobSpec spec;
   std::string cwd;  // where ranks start on every node
+  // What the launcher added to every rank's environment (the launch's MLflow
+  // run): in spec.env too, and sent apart for the nodes of a static launch,
+  // which run their own spec.
+  env::Environment added_env;
 };
 
 std::string encode_job(const JobDescription& job);
