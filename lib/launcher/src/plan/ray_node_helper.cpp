@@ -49,11 +49,17 @@ try:
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
 except OSError:
     log = subprocess.DEVNULL
-# `ray start --block` makes a process group of its own for its session.
-ray = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", *start[1:]], stdin=subprocess.DEVNULL,
-                       stdout=log, stderr=subprocess.STDOUT)
+ray = None
+
+def start_ray():
+    global ray
+    # `ray start --block` makes a process group of its own for its session.
+    ray = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", *start[1:]], stdin=subprocess.DEVNULL,
+                           stdout=log, stderr=subprocess.STDOUT)
 
 def stop_ray():
+    if ray is None:
+        return
     if ray.poll() is None:
         ray.terminate()  # SIGTERM: ray start --block stops the processes of its own session, no other
         try:
@@ -114,6 +120,7 @@ def wait_for_nodes():
     return False
 
 def run_head():
+    start_ray()
     if not wait_for_nodes():
         return 128 + signals[0] if signals else 1
     known = node_states()
@@ -152,6 +159,21 @@ def run_head():
     return code
 
 def run_worker():
+    # Ray nodes on one machine pick their ports as they start: the head first, so they do not collide.
+    deadline = time.monotonic() + 180
+    while not signals:
+        try:
+            if client() and node_states().get(0, (False, ""))[0]:
+                break
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            say(f"the Ray head at {address} was not up after 180s")
+            return 1
+        time.sleep(0.1)
+    if signals:
+        return 128 + signals[0]
+    start_ray()
     while not signals:
         if ray_ended():
             return 1
