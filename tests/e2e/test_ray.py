@@ -154,7 +154,7 @@ def test_a_ray_worker_node_killed_mid_run_stops_the_job_and_is_named(sgpu, ray_e
 @pytest.mark.parametrize("how", ["sigint", "timeout"])
 def test_ctrl_c_and_the_timeout_stop_the_driver_and_ray(sgpu, ray_env, tmp_path, no_ray_left, how):
     driver = program(tmp_path, "driver.py", SLEEPER)
-    extra = ["--timeout", "15s"] if how == "timeout" else []
+    extra = ["--timeout", "10s"] if how == "timeout" else []
     p = sgpu.popen("launch", "--ray", "--nproc", 1, *extra, driver, env=ray_env)
     line = p.stdout.readline()
     assert "ready 1" in line, line
@@ -167,6 +167,8 @@ def test_ctrl_c_and_the_timeout_stop_the_driver_and_ray(sgpu, ray_env, tmp_path,
 
 
 def test_ray_missing_is_exit_127_naming_ray(sgpu, tmp_path):
+    if subprocess.run(["/usr/bin/python3", "-c", "import ray"], capture_output=True).returncode == 0:
+        pytest.skip("Debian's python3 has ray here: no interpreter without it")
     driver = program(tmp_path, "driver.py", DRIVER)
     r = sgpu.run("launch", "--ray", "--nproc", 1, "--python", "/usr/bin/python3", driver, timeout=60)
     assert r.returncode == 127, r.stderr

@@ -51,11 +51,16 @@ except OSError:
     log = subprocess.DEVNULL
 ray = None
 
+def die_with_parent():
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM if this helper dies
+
 def start_ray():
     global ray
-    # `ray start --block` makes a process group of its own for its session.
+    # Its own process group: a signal sgpu sends to the driver's group (Ctrl-C) leaves Ray up until the
+    # driver has ended; then this helper stops it. If the helper is killed, ray start gets SIGTERM.
     ray = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", *start[1:]], stdin=subprocess.DEVNULL,
-                           stdout=log, stderr=subprocess.STDOUT)
+                           stdout=log, stderr=subprocess.STDOUT, process_group=0, preexec_fn=die_with_parent)
 
 def stop_ray():
     if ray is None:
