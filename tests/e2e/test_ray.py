@@ -1,6 +1,7 @@
 """sgpu launch --ray with a real Ray (PyPI, installed by scripts/venv): one Ray
 node per sgpu node, the entrypoint run once on node 0 as the driver, and no
 Ray process left after any end."""
+import json
 import os
 import signal
 import subprocess
@@ -8,6 +9,7 @@ import time
 
 import pytest
 
+from conftest import newest_summary
 from mlflow_server import venv_python
 from multinode import free_port, make_secret_file, static_node, wait_for
 
@@ -90,10 +92,18 @@ time.sleep(600)
 
 def test_local_driver_sees_the_slots_and_its_exit_code_is_the_jobs(sgpu, ray_env, tmp_path):
     driver = program(tmp_path, "driver.py", DRIVER)
-    r = sgpu.run("launch", "--ray", "--nproc", 2, driver, env=dict(ray_env, DRIVER_CODE="3"), timeout=120)
+    r = sgpu.run("launch", "--ray", "--ray-metrics", "--nproc", 2, driver, env=dict(ray_env, DRIVER_CODE="3"),
+                 timeout=240)
     assert "CPU 2.0" in r.stdout and "tasks ok" in r.stdout, r.stdout + r.stderr
     assert r.stdout.count("CPU 2.0") == 1  # the driver ran once
     assert r.returncode == 3, r.stderr
+    # --ray-metrics: summary.json points to one JSON line per node and second.
+    summary = newest_summary(sgpu.env["SGPU_HOME"])
+    path = summary["ray_metrics"]
+    assert path == os.path.join(summary["run_dir"], "ray", "metrics.jsonl")
+    lines = [json.loads(line) for line in open(path)]
+    # Ray leaves out a resource with nothing available.
+    assert lines and all(m["node"] == 0 and m["total"]["CPU"] == 2.0 and m["available"].get("CPU", 0) <= 2 for m in lines)
 
 
 def test_two_static_nodes_form_one_cluster_and_a_pinned_task_runs_on_node_1(sgpu, ray_env, tmp_path):
@@ -111,7 +121,7 @@ print("on node 1", ray.get(where.remote()) == node1[0], flush=True)
     endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
     n1 = static_node(sgpu, 2, 1, endpoint, secret, "--ray", "--nproc", 1, driver, env=ray_env)
     n0 = static_node(sgpu, 2, 0, endpoint, secret, "--ray", "--nproc", 1, driver, env=ray_env)
-    o0, e0 = n0.communicate(timeout=120)
+    o0, e0 = n0.communicate(timeout=240)
     o1, e1 = n1.communicate(timeout=60)
     assert n0.returncode == 0 and n1.returncode == 0, e0 + e1
     assert "alive 2" in o0 and "on node 1 True" in o0, o0 + e0

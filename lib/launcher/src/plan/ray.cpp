@@ -13,6 +13,10 @@ std::string ray_temp_dir(const std::string& run_dir, const std::string& run_id) 
   return "/tmp/sgpu-ray-" + run_id;
 }
 
+std::string ray_metrics_path(const std::string& run_dir) {
+  return (fs::path(run_dir) / "ray" / "metrics.jsonl").string();
+}
+
 std::string ray_node_resource(int node_rank) { return fmt::format("sgpu_node_{}", node_rank); }
 
 std::vector<std::string> ray_start_args(const RayNode& node) {
@@ -49,6 +53,7 @@ void add_ray_env(env::Environment& rank_env, const RayNode& node, const std::str
   rank_env["SGPU_RAY_LOG"] = (fs::path(run_dir) / "ranks" / std::to_string(node.node_rank) / "ray-start.log").string();
   auto inside = (fs::path(run_dir) / "ray").string();
   if (node.node_rank == 0 && node.temp_dir != inside) rank_env["SGPU_RAY_LINK"] = inside;
+  if (node.node_rank == 0 && node.metrics) rank_env["SGPU_RAY_METRICS"] = ray_metrics_path(run_dir);
   rank_env["RAY_USAGE_STATS_ENABLED"] = "0";
   if (!token.empty()) {
     // Ray >= 2.52 checks it on every RPC; the variable, unlike a flag, is

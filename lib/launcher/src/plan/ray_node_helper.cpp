@@ -20,6 +20,7 @@ nodes = int(os.environ.pop("SGPU_RAY_NODES", "1"))
 me = int(os.environ.get("NODE_RANK", "0"))
 log_path = os.environ.pop("SGPU_RAY_LOG", "")
 link = os.environ.pop("SGPU_RAY_LINK", "")
+metrics_path = os.environ.pop("SGPU_RAY_METRICS", "")
 if importlib.util.find_spec("ray") is None:
     say(f"error: ray is not installed for {sys.executable} (node {me}); install it there "
         "(pip install ray) or give an interpreter that has it (--python, SGPU_PYTHON)")
@@ -124,6 +125,39 @@ def wait_for_nodes():
         time.sleep(0.1)
     return False
 
+class Metrics:
+    """--ray-metrics: every node's resources, one JSON line per node, once a second."""
+
+    def __init__(self):
+        self.out, self.state, self.next = None, None, 0.0
+
+    def tick(self):
+        if not metrics_path or time.monotonic() < self.next:
+            return
+        self.next = time.monotonic() + 1.0
+        try:
+            import json
+            if self.state is None:
+                from ray._private.state import GlobalState
+                from ray._raylet import GcsClientOptions
+                self.state = GlobalState()
+                self.state._initialize_global_state(
+                    GcsClientOptions.create(address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=True))
+                self.out = open(metrics_path, "a")
+            total = self.state.total_resources_per_node()
+            available = self.state.available_resources_per_node()
+            now = time.time()
+            for node_id, resources in sorted(total.items()):
+                rank = next((int(k[len("sgpu_node_"):]) for k in resources if k.startswith("sgpu_node_")), None)
+                keep = lambda d: {k: v for k, v in d.items() if not k.startswith(("node:", "sgpu_node_"))}
+                self.out.write(json.dumps({"time": round(now, 3), "node": rank, "node_id": node_id,
+                                           "total": keep(resources), "available": keep(available.get(node_id, {}))})
+                               + "\n")
+            self.out.flush()
+        except Exception as error:
+            say(f"--ray-metrics: {error}")
+            self.next = float("inf")
+
 def run_head():
     start_ray()
     if not wait_for_nodes():
@@ -132,7 +166,9 @@ def run_head():
     environment = dict(os.environ, RAY_ADDRESS=address)
     job = subprocess.Popen(driver, env=environment)
     next_check = time.monotonic() + 0.5
+    metrics = Metrics()
     while job.poll() is None:
+        metrics.tick()
         time.sleep(0.1)
         if signals:
             continue  # the driver got the signal too (its process group): wait for it

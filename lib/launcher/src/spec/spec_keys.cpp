@@ -77,6 +77,12 @@ std::vector<KeyInfo> make_keys() {
        .flags = "--ray-dashboard",
        .help = "with --ray: start Ray's dashboard on the head (off by default)",
        .apply = [](JobSpec& s, const S& v) { s.ray_dashboard = as_bool(v); }},
+      {.path = "job.ray_metrics",
+       .kind = K::Bool,
+       .flags = "--ray-metrics",
+       .help = "with --ray: once a second, every Ray node's resources (total, available) into "
+               "<run dir>/ray/metrics.jsonl",
+       .apply = [](JobSpec& s, const S& v) { s.ray_metrics = as_bool(v); }},
       // [resources]
       {.path = "resources.backend",
        .kind = K::Choice,

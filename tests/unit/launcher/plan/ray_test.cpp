@@ -93,6 +93,7 @@ TEST_CASE("launcher::make_plan with --ray") {
     CHECK(e.at("WORLD_SIZE") == "1");
     CHECK(e.at("SGPU_RAY_LOG") == "/r/20261203-130855-abcdef/ranks/0/ray-start.log");
     CHECK(e.count("SGPU_RAY_LINK") == 0);  // the temp dir is inside the run dir
+    CHECK(e.count("SGPU_RAY_METRICS") == 0);
     // The token is never on the command line.
     for (const auto& a : plan.argv) CHECK(a.find("feedface") == std::string::npos);
   }
@@ -102,6 +103,11 @@ TEST_CASE("launcher::make_plan with --ray") {
     CHECK(plan.ranks[0].env.at("SGPU_RAY_LINK") == in.run_dir + "/ray");
     CHECK(std::find(plan.argv.begin(), plan.argv.end(), "--temp-dir=/tmp/sgpu-ray-20261203-130855-abcdef") !=
           plan.argv.end());
+  }
+  SUBCASE("--ray-metrics: the head writes <run dir>/ray/metrics.jsonl") {
+    spec.ray_metrics = true;
+    auto plan = make_plan(spec, in);
+    CHECK(plan.ranks[0].env.at("SGPU_RAY_METRICS") == "/r/20261203-130855-abcdef/ray/metrics.jsonl");
   }
   SUBCASE("no token: no authentication variables") {
     in.ray_token.clear();

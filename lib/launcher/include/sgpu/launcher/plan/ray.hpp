@@ -24,7 +24,11 @@ struct RayNode {
   int port = 0;                         // the head's GCS port (sgpu's reserved MASTER_PORT)
   std::string temp_dir;                 // the head's --temp-dir
   bool dashboard = false;
+  bool metrics = false;  // the head writes ray_metrics_path() once a second
 };
+
+// --ray-metrics: <run_dir>/ray/metrics.jsonl, one JSON line per node and second.
+std::string ray_metrics_path(const std::string& run_dir);
 
 // The longest --temp-dir Ray's unix sockets allow under it
 // (<temp>/session_<date>_<pid>/sockets/plasma_store must fit in sun_path's 108 bytes).
