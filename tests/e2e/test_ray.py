@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+import ssh_hosts
 from conftest import newest_summary
 from mlflow_server import venv_python
 from multinode import free_port, make_secret_file, static_node, wait_for
@@ -192,3 +193,26 @@ def test_dry_run_shows_the_ray_plan(sgpu, ray_env, tmp_path):
     assert "ray start --head" in r.stdout and "--num-cpus=2" in r.stdout
     assert "--include-dashboard=false" in r.stdout
     assert "RAY_USAGE_STATS_ENABLED=0" in r.stdout
+
+
+def test_ssh_backend_over_two_test_hosts(sgpu, ray_env, tmp_path):
+    """Each host (its own network namespace) is one Ray node; the task pinned to node 1 runs at its address."""
+    if ssh_hosts.usable() is not None:
+        pytest.skip(str(ssh_hosts.usable()))
+    from test_ssh_backend import WITH_SGPU, host_list, launch
+    driver = program(tmp_path, "driver.py", """
+import ray
+ray.init()
+alive = [n for n in ray.nodes() if n["Alive"]]
+print("alive", len(alive), sorted(n["NodeManagerAddress"] for n in alive), flush=True)
+@ray.remote(resources={"sgpu_node_1": 0.01})
+def where():
+    return ray.util.get_node_ip_address()
+print("node 1 at", ray.get(where.remote()), flush=True)
+""")
+    with ssh_hosts.SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        r = launch(hosts, sgpu, "--hosts", host_list(hosts), "--ray", "--nproc", 1, "--python", venv_python(), driver,
+                   env=ray_env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "alive 2" in r.stdout, r.stdout
+        assert f"node 1 at {hosts.hosts[1].addr}" in r.stdout, r.stdout
