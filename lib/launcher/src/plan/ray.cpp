@@ -23,7 +23,8 @@ std::vector<std::string> ray_start_args(const RayNode& node) {
   std::vector<std::string> args{"ray", "start"};
   if (node.node_rank == 0) {
     args.push_back("--head");
-    args.push_back(fmt::format("--port={}", node.port));
+    // Port 0 only in a dry run: the port is reserved at launch.
+    args.push_back(node.port > 0 ? fmt::format("--port={}", node.port) : "--port=<master port>");
     args.push_back("--node-ip-address=" + node.head_addr);
     args.push_back("--temp-dir=" + node.temp_dir);
     args.push_back(node.dashboard ? "--include-dashboard=true" : "--include-dashboard=false");

@@ -26,7 +26,7 @@ if importlib.util.find_spec("ray") is None:
         "(pip install ray) or give an interpreter that has it (--python, SGPU_PYTHON)")
     sys.exit(127)
 host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-address = f"{host}:{port}"
+address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 DONE, NAMESPACE = b"sgpu_done", b"sgpu"
 signals = []
 for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -41,8 +41,10 @@ if head:
         except OSError:
             pass
 else:
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    probe.connect((host, port))
+    # The address this node reaches the head from (a UDP connect sends nothing).
+    family, _, _, _, head_addr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+    probe = socket.socket(family, socket.SOCK_DGRAM)
+    probe.connect(head_addr)
     start += [f"--address={address}", f"--node-ip-address={probe.getsockname()[0]}"]
     probe.close()
 
@@ -86,7 +88,7 @@ def ray_ended():
 
 def listening():
     try:
-        socket.create_connection((host, port), timeout=0.5).close()
+        socket.create_connection((host, port), timeout=0.5).close()  # the GCS listens: a client will not block
         return True
     except OSError:
         return False

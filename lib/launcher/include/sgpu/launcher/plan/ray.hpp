@@ -21,7 +21,7 @@ struct RayNode {
   int slots = 1;      // --nproc CPU slots, or GPUs when `gpus`
   bool gpus = false;  // slots are GPUs (--num-gpus), else CPUs (--num-cpus)
   std::string head_addr = "127.0.0.1";  // --node-ip-address of the head: what the other nodes reach
-  int port = 0;                         // the head's GCS port (sgpu's reserved MASTER_PORT)
+  int port = 0;                         // the head's GCS port (sgpu's reserved MASTER_PORT); 0: not yet
   std::string temp_dir;                 // the head's --temp-dir
   bool dashboard = false;
   bool metrics = false;  // the head writes ray_metrics_path() once a second
