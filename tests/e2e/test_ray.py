@@ -84,9 +84,9 @@ sys.exit(int(os.environ.get("DRIVER_CODE", "0")))
 
 # Runs until stopped; says "ready" once the cluster is up and the driver connected.
 SLEEPER = """
-import time, ray
+import os, time, ray
 ray.init()
-print("ready", len([n for n in ray.nodes() if n["Alive"]]), flush=True)
+print("ready", len([n for n in ray.nodes() if n["Alive"]]), os.environ["RAY_ADDRESS"], flush=True)
 time.sleep(600)
 """
 
@@ -105,6 +105,17 @@ def test_local_driver_sees_the_slots_and_its_exit_code_is_the_jobs(sgpu, ray_env
     lines = [json.loads(line) for line in open(path)]
     # Ray leaves out a resource with nothing available.
     assert lines and all(m["node"] == 0 and m["total"]["CPU"] == 2.0 and m["available"].get("CPU", 0) <= 2 for m in lines)
+
+
+# A GCS client, as any process that wants the cluster would make one.
+PROBE = """
+import sys
+from ray._raylet import GcsClient
+try:
+    print(len(GcsClient(address=sys.argv[1]).get_all_node_info(timeout=10)), "nodes")
+except Exception as e:
+    print(e)
+"""
 
 
 def test_two_static_nodes_form_one_cluster_and_a_pinned_task_runs_on_node_1(sgpu, ray_env, tmp_path):
@@ -172,6 +183,10 @@ def test_ctrl_c_and_the_timeout_stop_the_driver_and_ray(sgpu, ray_env, tmp_path,
     no_ray_left.update(g for _, g, _ in ray_groups_of(p.pid))
     assert no_ray_left
     if how == "sigint":
+        # The cluster has Ray's token authentication on: a client with another token is refused.
+        probe = subprocess.run([venv_python(), "-c", PROBE, line.split()[-1]], capture_output=True, text=True,
+                               timeout=60, env=dict(ray_env, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="x" * 32))
+        assert "InvalidAuthToken" in probe.stdout, probe.stdout + probe.stderr
         p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=90)
     assert p.returncode == (130 if how == "sigint" else 124), err
