@@ -162,6 +162,7 @@ class Metrics:
 
 def run_head():
     start_ray()
+    from ray._raylet import GcsClient  # imported while Ray starts (half a second)
     if not wait_for_nodes():
         return 128 + signals[0] if signals else 1
     known = node_states()
@@ -202,6 +203,7 @@ def run_head():
     return code
 
 def run_worker():
+    from ray._raylet import GcsClient  # imported while the head starts
     # Ray nodes on one machine pick their ports as they start: the head first, so they do not collide.
     deadline = time.monotonic() + 180
     while not signals:
