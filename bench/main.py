@@ -19,6 +19,7 @@ import launch
 import multinode
 import output
 import python_api
+import ray_start
 import rendezvous
 import report
 import runs
@@ -36,6 +37,7 @@ SECTIONS = {
     "python": python_api.run,
     "runs": runs.run,
     "tracking": tracking.run,
+    "ray": ray_start.run,
 }
 
 METHOD = """\

@@ -145,4 +145,11 @@ bool proof_matches(const Proof& expected, const Proof& received) {
   return CRYPTO_memcmp(expected.data(), received.data(), expected.size()) == 0;
 }
 
+std::string derive_hex(const Secret& secret, std::string_view label) {
+  Proof out = mac(secret, label, Nonce{}, Nonce{});
+  std::string hex;
+  for (unsigned char c : out) hex += fmt::format("{:02x}", c);
+  return hex;
+}
+
 }  // namespace sgpu::rendezvous

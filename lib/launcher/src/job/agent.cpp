@@ -48,6 +48,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   asio::io_context& io;
   AgentOptions options;
   std::string hostname = rdzv::local_hostname();
+  std::string ray_token;  // --ray: every node derives the same one from the run's secret (before `client` takes it)
   rdzv::RendezvousClient client;
   std::function<void(const AgentResult&)> on_done;
   JobSpec spec;
@@ -71,6 +72,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   Impl(asio::io_context& io_, AgentOptions o, rdzv::Secret secret)
       : io(io_),
         options(std::move(o)),
+        ray_token(rdzv::derive_hex(secret, "sgpu ray token")),
         client(io_, rdzv::ClientOptions{options.launcher, to_ms(options.join_timeout), std::chrono::seconds(10)},
                std::move(secret), *this) {
     options.environment.erase(rdzv::kSecretEnvVar);  // ranks run user code: they do not get the secret
@@ -94,6 +96,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     in.run_dir = run_dir;
     in.executable = executable;
     in.cwd = cwd;
+    if (spec.ray) in.ray_token = ray_token;
     in.master_port = port;
     in.master_addr = master_addr;
     in.node_rank = static_cast<int>(assign.node_rank);

@@ -51,6 +51,9 @@ std::string encode_job(const JobDescription& job) {
   j["env"] = s.env;
   j["cwd"] = job.cwd;
   j["added_env"] = job.added_env;
+  j["ray"] = s.ray;  // --ray: every agent runs the Ray node helper instead of ranks
+  j["ray_dashboard"] = s.ray_dashboard;
+  j["ray_metrics"] = s.ray_metrics;
   return j.dump();
 }
 
@@ -85,6 +88,9 @@ JobDescription decode_job(std::string_view text) {
     take(j, "env", s.env);
     take(j, "cwd", job.cwd);
     take(j, "added_env", job.added_env);
+    take(j, "ray", s.ray);
+    take(j, "ray_dashboard", s.ray_dashboard);
+    take(j, "ray_metrics", s.ray_metrics);
   } catch (const json::exception& e) {
     throw Error(fmt::format("the launcher sent a job this agent cannot read: {}", e.what()), 1);
   }

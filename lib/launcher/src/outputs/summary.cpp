@@ -8,6 +8,7 @@
 #include "sgpu/launcher/outputs/json_depth.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
+#include "sgpu/launcher/plan/ray.hpp"
 
 namespace sgpu::launcher {
 
@@ -126,6 +127,9 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"env", environment},
       {"run_id", plan.run_id},
       {"run_dir", plan.run_dir},
+      {"ray", spec.ray ? json{{"dashboard", spec.ray_dashboard},
+                              {"metrics", spec.ray_metrics ? json(ray_metrics_path(plan.run_dir)) : json(nullptr)}}
+                       : json(nullptr)},
       {"console",
        {{"ranks", console_ranks},
         {"raw", spec.raw_output},
@@ -180,6 +184,8 @@ json summary_json(const RunReport& report, const json& spec) {
       {"root_cause", root_cause},
       {"attempts", attempts},
       {"warnings", report.warnings},
+      // --ray-metrics: where the Ray nodes' resources are, once a second.
+      {"ray_metrics", spec.contains("ray") && spec["ray"].is_object() ? spec["ray"]["metrics"] : json(nullptr)},
       {"mlflow", report.mlflow ? nlohmann::ordered_json{{"run_id", report.mlflow->run_id}, {"url", report.mlflow->url}}
                                : nlohmann::ordered_json(nullptr)},
   };

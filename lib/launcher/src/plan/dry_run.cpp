@@ -165,8 +165,13 @@ std::string dry_run_text(const DryRun& d) {
   }
   auto differ = varying(ranks);
   out += "\nenvironment of every rank (secrets masked):\n";
-  for (const auto& [k, v] : ranks.front()->env)
-    if (!differ.contains(k)) out += fmt::format("  {}={}\n", k, env::mask_secret(k, v));
+  for (const auto& [k, v] : ranks.front()->env) {
+    if (differ.contains(k)) continue;
+    if (k == "SGPU_RAY_HELPER")  // --ray: the helper's source, read by the command above
+      out += fmt::format("  {}=<sgpu's Ray node helper, {} bytes of Python>\n", k, v.size());
+    else
+      out += fmt::format("  {}={}\n", k, env::mask_secret(k, v));
+  }
   out += "environment that differs per rank:\n";
   for (const auto* r : ranks) {
     out += fmt::format("  rank {}:", r->place.rank);

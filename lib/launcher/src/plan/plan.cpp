@@ -10,11 +10,12 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/plan/ray.hpp"
 
 namespace sgpu::launcher {
 namespace fs = std::filesystem;
 
-int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory) {
+int node_slots(const JobSpec& spec, const std::vector<env::Gpu>& inventory) {
   if ((spec.gpus || spec.gpus_per_node) && spec.nproc)
     throw Error(
         "--gpus and --nproc exclude each other: --gpus N starts one rank per GPU, "
@@ -34,6 +35,11 @@ int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory) {
   return visible > 0 ? visible : 1;
 }
 
+int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory) {
+  int slots = node_slots(spec, inventory);
+  return spec.ray ? 1 : slots;  // --ray: one Ray node per node, with the node's slots as its resources
+}
+
 void resolve_nproc_mode(JobSpec& spec, const std::vector<env::Gpu>& inventory, int cpus) {
   if (spec.nproc_mode.empty()) return;
   int visible = 0;
@@ -50,6 +56,7 @@ void resolve_nproc_mode(JobSpec& spec, const std::vector<env::Gpu>& inventory, i
 
 LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   LaunchPlan plan;
+  int slots = node_slots(spec, in.inventory);
   int n = rank_count(spec, in.inventory);
   int nodes = in.nnodes > 0 ? in.nnodes : std::max(1, spec.nodes);
   bool use_gpus = spec.gpus || spec.gpus_per_node ||
@@ -63,7 +70,7 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
                               : spec.gpus        ? where_set(spec, "resources.gpus", "")
                                                  : std::string();
     plan.gpus =
-        env::select_gpus(in.inventory, n, spec.gpu_type, count_where, where_set(spec, "resources.gpu_type", ""));
+        env::select_gpus(in.inventory, slots, spec.gpu_type, count_where, where_set(spec, "resources.gpu_type", ""));
     plan.gpu_type = plan.gpus.front().type;
   }
   if (spec.master_port && (*spec.master_port < 1 || *spec.master_port > 65535))
@@ -72,6 +79,13 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   auto grace = env::parse_duration(spec.grace, "--grace");
   if (!grace) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
   plan.grace = *grace;
+  if (spec.ray && spec.entrypoint.kind == env::Entrypoint::Kind::Executable)
+    throw Error(
+        "--ray runs the entrypoint as the Ray driver with the job's Python interpreter: drop --no-python and give a "
+        "script or -m module");
+  if (spec.ray && spec.max_restarts > 0)
+    throw Error(fmt::format("{}: --ray does not restart the Ray cluster; drop it",
+                            where_set(spec, "job.max_restarts", fmt::format("--max-restarts {}", spec.max_restarts))));
   if (spec.max_restarts < 0) throw Error(fmt::format("--max-restarts {}: must be 0 or more", spec.max_restarts));
   plan.max_restarts = spec.max_restarts;
   auto backoff = env::parse_duration(spec.restart_backoff, "--restart-backoff");
@@ -109,13 +123,28 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
     if (!plan.gpus.empty()) {
       const auto& mine = plan.gpus[static_cast<std::size_t>(r)];
       rank.gpus = {mine.index};
-      job.cuda_visible_devices = spec.gpu_bind == GpuBind::PerRank ? std::to_string(mine.index) : node_devices;
+      job.cuda_visible_devices =
+          spec.gpu_bind == GpuBind::PerRank && !spec.ray ? std::to_string(mine.index) : node_devices;
     }
     auto dir = fs::path(plan.run_dir) / "ranks" / std::to_string(global);
     rank.files.error_file = (dir / "error.json").string();
     rank.files.result_file = (dir / "result").string();
     rank.env = env::build_rank_env(in.inherited, job, rank.place, rank.files);
     plan.ranks.push_back(std::move(rank));
+  }
+  if (spec.ray) {
+    RayNode node;
+    node.node_rank = in.node_rank;
+    node.nnodes = nodes;
+    node.slots = slots;
+    node.gpus = !plan.gpus.empty();
+    node.head_addr = job.master_addr;
+    node.port = in.master_port;
+    node.temp_dir = ray_temp_dir(plan.run_dir, plan.run_id);
+    node.dashboard = spec.ray_dashboard;
+    node.metrics = spec.ray_metrics;
+    add_ray_env(plan.ranks.front().env, node, plan.run_dir, in.ray_token);
+    plan.argv = ray_node_argv(plan.argv.front(), node, plan.argv);
   }
   return plan;
 }

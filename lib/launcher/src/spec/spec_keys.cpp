@@ -66,6 +66,23 @@ std::vector<KeyInfo> make_keys() {
        .flags = "--no-python,--no_python",
        .help = "run the entrypoint as a program, not with Python",
        .apply = set_no_python},
+      {.path = "job.ray",
+       .kind = K::Bool,
+       .flags = "--ray",
+       .help = "start a Ray cluster on the job's nodes (one Ray node each, with its slots or GPUs) and run the "
+               "entrypoint once, on node 0, as the Ray driver",
+       .apply = [](JobSpec& s, const S& v) { s.ray = as_bool(v); }},
+      {.path = "job.ray_dashboard",
+       .kind = K::Bool,
+       .flags = "--ray-dashboard",
+       .help = "with --ray: start Ray's dashboard on the head (off by default)",
+       .apply = [](JobSpec& s, const S& v) { s.ray_dashboard = as_bool(v); }},
+      {.path = "job.ray_metrics",
+       .kind = K::Bool,
+       .flags = "--ray-metrics",
+       .help = "with --ray: once a second, every Ray node's resources (total, available) into "
+               "<run dir>/ray/metrics.jsonl",
+       .apply = [](JobSpec& s, const S& v) { s.ray_metrics = as_bool(v); }},
       // [resources]
       {.path = "resources.backend",
        .kind = K::Choice,

@@ -71,9 +71,14 @@ TEST_CASE("launcher::encode_job and decode_job") {
   job.spec.grace = "5s";
   job.spec.log_dir = "/shared/runs";
   job.spec.env = {{"NCCL_DEBUG", "INFO"}};
+  job.spec.ray = true;
+  job.spec.ray_metrics = true;
   job.cwd = "/home/me/project";
   job.added_env = {{"MLFLOW_RUN_ID", "abc"}};
   auto back = decode_job(encode_job(job));
+  CHECK(back.spec.ray);
+  CHECK_FALSE(back.spec.ray_dashboard);
+  CHECK(back.spec.ray_metrics);
   CHECK(back.spec.entrypoint.kind == job.spec.entrypoint.kind);
   CHECK(back.spec.entrypoint.target == "pkg.train");
   CHECK(back.spec.entrypoint.args == job.spec.entrypoint.args);

@@ -48,6 +48,10 @@ void write_secret_file(const std::string& path, const Secret& secret);
 // SGPU_RDZV_SECRET, else an error that says how to provide one.
 Secret find_secret(const env::Environment& environment, const std::string& file, std::string_view flag);
 
+// A key for something else the run's nodes share (the --ray cluster's token):
+// HMAC-SHA256(secret, label) in hex, so the secret itself is never handed on.
+std::string derive_hex(const Secret& secret, std::string_view label);
+
 Nonce make_nonce();
 Proof server_proof(const Secret& secret, const Nonce& client_nonce, const Nonce& server_nonce);
 Proof client_proof(const Secret& secret, const Nonce& server_nonce, const Nonce& client_nonce);

@@ -56,6 +56,8 @@ struct PlanInputs {
   // job's world size (nodes may differ). Unset: spec.nodes equal nodes.
   std::optional<int> rank_base;
   std::optional<int> world_size;
+  // --ray: the token every Ray node and the driver authenticate with ("" for none).
+  std::string ray_token;
 };
 
 // Throws sgpu::Error for contradictory or impossible requests.
@@ -69,8 +71,12 @@ std::string resolve_program(const JobSpec& spec, const env::Environment& environ
 // PATH: the executable, else the interpreter ($SGPU_PYTHON's choice, else "python3").
 std::string program_name(const JobSpec& spec);
 
-// Number of ranks on one node (--gpus-per-node, --gpus over the nodes,
-// --nproc, else one per visible GPU or one CPU rank). Pure.
+// The slots of one node (--gpus-per-node, --gpus over the nodes, --nproc,
+// else one per visible GPU or one CPU rank). Pure.
+int node_slots(const JobSpec& spec, const std::vector<env::Gpu>& inventory);
+
+// Number of ranks on one node: its slots, or 1 with --ray (one Ray node with
+// those slots as its resources). Pure.
 int rank_count(const JobSpec& spec, const std::vector<env::Gpu>& inventory);
 
 // torchrun's --nproc-per-node gpu|auto|cpu: turns spec.nproc_mode into GPU

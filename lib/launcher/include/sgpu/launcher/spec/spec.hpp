@@ -93,6 +93,9 @@ struct JobSpec {
   std::string gpu_type;           // "" means detect
   GpuBind gpu_bind = GpuBind::Node;
   std::optional<int> master_port;  // nullopt: a reserved free port
+  bool ray = false;                // --ray: one Ray node per sgpu node, the entrypoint is the Ray driver
+  bool ray_dashboard = false;      // --ray-dashboard: the head starts Ray's dashboard
+  bool ray_metrics = false;        // --ray-metrics: every node's Ray resources into <run dir>/ray/metrics.jsonl
   std::string timeout = "3h";
   std::string grace = "30s";
   int max_restarts = 0;                // restarts of the whole group after a rank fails
