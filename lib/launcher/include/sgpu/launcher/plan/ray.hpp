@@ -18,8 +18,8 @@ namespace sgpu::launcher {
 struct RayNode {
   int node_rank = 0;  // 0: the head
   int nnodes = 1;
-  int slots = 1;      // --nproc CPU slots, or GPUs when `gpus`
-  bool gpus = false;  // slots are GPUs (--num-gpus), else CPUs (--num-cpus)
+  int slots = 1;                        // --nproc CPU slots, or GPUs when `gpus`
+  bool gpus = false;                    // slots are GPUs (--num-gpus), else CPUs (--num-cpus)
   std::string head_addr = "127.0.0.1";  // --node-ip-address of the head: what the other nodes reach
   int port = 0;                         // the head's GCS port (sgpu's reserved MASTER_PORT); 0: not yet
   std::string temp_dir;                 // the head's --temp-dir
@@ -53,8 +53,7 @@ std::vector<std::string> ray_node_argv(const std::string& python, const RayNode&
 // What the helper reads from its environment (and removes before the
 // driver starts): its own source, the node count, the log and link paths;
 // Ray's own settings (usage stats off, token authentication when a token is given).
-void add_ray_env(env::Environment& rank_env, const RayNode& node, const std::string& run_dir,
-                 const std::string& token);
+void add_ray_env(env::Environment& rank_env, const RayNode& node, const std::string& run_dir, const std::string& token);
 
 // The helper's Python source (ray_node_helper.cpp).
 const char* ray_node_helper_source();
