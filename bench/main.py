@@ -84,8 +84,13 @@ def merge(old, new, keys):
             fresh = pattern.search(new)
             if fresh and pattern.search(old):
                 old = pattern.sub(lambda _: fresh.group(0), old)
-            elif fresh:
-                return new  # the old file lacks this section: write the new one whole
+            elif fresh and kind == "summary":  # a comparison the old file lacks: its row ends the summary
+                at = old.find("\n## Machine")
+                if at < 0:
+                    return new
+                old = old[:at].rstrip("\n") + "\n" + fresh.group(0) + "\n" + old[at:]
+            elif fresh:  # and its section ends the file
+                old = old.rstrip("\n") + "\n\n" + fresh.group(0) + "\n"
     return old
 
 
