@@ -1,4 +1,4 @@
-"""8. Tracking: what an MLflow run costs. 8 ranks of /bin/true under sgpu with
+"""10. Tracking: what an MLflow run costs. 8 ranks of /bin/true under sgpu with
 and without tracking against a real local `mlflow server`, beside MLflow's own
 Python client doing mlflow.start_run()/end_run() in the same rounds."""
 import json
@@ -50,7 +50,7 @@ def python_client(ctx, row):
 
 
 def run(ctx):
-    s = Section("tracking", "8. Tracking: an MLflow run per launch")
+    s = Section("tracking", "10. Tracking: an MLflow run per launch")
     s.intro = (f"sgpu's start-to-exit for {N} ranks of `/bin/true` with tracking on (`--mlflow`: the run is created "
                "with its tags and params before the ranks start, then metrics, the artifacts summary.json, "
                "spec.json, events.jsonl and rank 0's logs, and the status at the end) and off (`--no-mlflow`), "
