@@ -13,6 +13,7 @@ import ssh_hosts
 from conftest import newest_summary
 from mlflow_server import venv_python
 from multinode import free_port, make_secret_file, static_node, wait_for
+from slurm_cluster import slurm_cluster  # noqa: F401 (the session's cluster, a fixture)
 
 RAY_NAMES = ("raylet", "gcs_server")
 
@@ -118,8 +119,8 @@ except Exception as e:
 """
 
 
-def test_two_static_nodes_form_one_cluster_and_a_pinned_task_runs_on_node_1(sgpu, ray_env, tmp_path):
-    driver = program(tmp_path, "driver.py", """
+# Prints how many nodes are alive, and whether a task pinned to node 1 ran there.
+PINNED = """
 import ray
 ray.init()
 alive = [n for n in ray.nodes() if n["Alive"]]
@@ -129,7 +130,11 @@ node1 = [n["NodeID"] for n in alive if "sgpu_node_1" in n["Resources"]]
 def where():
     return ray.get_runtime_context().get_node_id()
 print("on node 1", ray.get(where.remote()) == node1[0], flush=True)
-""")
+"""
+
+
+def test_two_static_nodes_form_one_cluster_and_a_pinned_task_runs_on_node_1(sgpu, ray_env, tmp_path):
+    driver = program(tmp_path, "driver.py", PINNED)
     endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
     n1 = static_node(sgpu, 2, 1, endpoint, secret, "--ray", "--nproc", 1, driver, env=ray_env)
     n0 = static_node(sgpu, 2, 0, endpoint, secret, "--ray", "--nproc", 1, driver, env=ray_env)
@@ -231,3 +236,15 @@ print("node 1 at", ray.get(where.remote()), flush=True)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "alive 2" in r.stdout, r.stdout
         assert f"node 1 at {hosts.hosts[1].addr}" in r.stdout, r.stdout
+
+
+def test_a_slurm_allocation_of_two_nodes_is_one_cluster(slurm_cluster, sgpu, ray_env, tmp_path):
+    """Inside salloc -N2 the SLURM backend starts one agent per node (srun); each is one Ray node."""
+    driver = program(tmp_path, "driver.py", PINNED)
+    env = dict(ray_env, SLURM_CONF=slurm_cluster.env["SLURM_CONF"])
+    for var in [v for v in env if v.startswith("SLURM_") and v != "SLURM_CONF"]:
+        del env[var]
+    r = slurm_cluster.run("salloc", "-N2", sgpu.bin, "launch", "--ray", "--nproc", 1, str(driver), env=env,
+                          cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "alive 2" in r.stdout and "on node 1 True" in r.stdout, r.stdout + r.stderr
