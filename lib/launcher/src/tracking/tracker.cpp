@@ -99,10 +99,11 @@ struct MlflowTracker::Impl {
     });
   }
 
-  // Runs the loop until the phase's calls have ended (each ends by the deadline).
-  void wait() {
+  // Runs the loop until the phase's calls have ended (each ends by the
+  // deadline), or until `enough` says the rest may go on beside the job.
+  void wait(const std::function<bool()>& enough = {}) {
     io.restart();
-    while (in_flight > 0 && io.run_one() > 0) {
+    while (in_flight > 0 && !(enough && enough()) && io.run_one() > 0) {
     }
     io.restart();  // run_one() may have stopped it for want of work: the Supervisor runs it next
   }
@@ -185,13 +186,14 @@ std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
   s.start_phase();
   s.world_size_logged = job.world_size > 0;
   s.with_experiment([&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
-  s.wait();
+  // The ranks need only the run's id: its params go on beside the job, on
+  // the same loop (end() waits for them, and says so if they failed).
+  s.wait([&s] { return s.run.has_value(); });
   if (!s.run) {
     s.warn(s.failure + "; the job runs untracked");
     s.client.cancel_all();
     return std::nullopt;
   }
-  if (!s.failure.empty()) s.warn(s.failure + " (the run's params may be missing)");
   fmt::print(stderr, "sgpu: mlflow run {}\n", s.run->url);
   return s.run;
 }
@@ -199,6 +201,8 @@ std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
 void MlflowTracker::end(const RunEnd& end) {
   auto& s = *impl_;
   if (!s.run) return;
+  s.wait();  // the params, when the job ended before the server answered
+  if (!s.failure.empty()) s.warn(s.failure + " (the run's params may be missing)");
   s.start_phase();
   auto server_url = s.client.server();
   const auto& run_id = s.run->run_id;
@@ -211,7 +215,7 @@ void MlflowTracker::end(const RunEnd& end) {
   bool proxied = true;
   for (const auto& [path, name] : end.artifacts) {
     auto bytes = read_whole(path);
-    if (!bytes) continue;
+    if (!bytes || bytes->empty()) continue;  // an empty log says nothing: one request less
     auto put =
         mlflow::upload_artifact(server_url, s.artifact_uri, name, mlflow::masked_artifact(name, std::move(*bytes)));
     if (!put) {

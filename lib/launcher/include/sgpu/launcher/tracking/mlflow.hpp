@@ -80,7 +80,7 @@ struct RunEnd {
   Clock::time_point started{};
   Clock::time_point ended{};
   std::vector<RankRecord> ranks;
-  // Files to upload: (path on disk, path in the run's artifacts). Missing files are skipped.
+  // Files to upload: (path on disk, path in the run's artifacts). Missing and empty files are skipped.
   std::vector<std::pair<std::string, std::string>> artifacts;
 };
 // summary.json, events.jsonl, spec.json, the root cause's error file and the
