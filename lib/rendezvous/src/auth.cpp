@@ -48,14 +48,19 @@ std::string_view trim(std::string_view s) {
 
 constexpr std::string_view kMakeOne = "make one with: (umask 077; openssl rand -hex 32 > FILE)";
 
+template <typename Bytes>
+std::string to_hex(const Bytes& bytes) {
+  std::string hex;
+  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
 }  // namespace
 
 Secret Secret::generate() {
   unsigned char bytes[32];
   random_bytes(bytes, sizeof bytes);
-  std::string hex;
-  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
-  return Secret(std::move(hex));
+  return Secret(to_hex(bytes));
 }
 
 Secret Secret::from_text(std::string_view text, std::string_view source) {
@@ -146,10 +151,7 @@ bool proof_matches(const Proof& expected, const Proof& received) {
 }
 
 std::string derive_hex(const Secret& secret, std::string_view label) {
-  Proof out = mac(secret, label, Nonce{}, Nonce{});
-  std::string hex;
-  for (unsigned char c : out) hex += fmt::format("{:02x}", c);
-  return hex;
+  return to_hex(mac(secret, label, Nonce{}, Nonce{}));
 }
 
 }  // namespace sgpu::rendezvous

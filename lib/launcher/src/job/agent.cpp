@@ -18,6 +18,7 @@
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
@@ -72,7 +73,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   Impl(asio::io_context& io_, AgentOptions o, rdzv::Secret secret)
       : io(io_),
         options(std::move(o)),
-        ray_token(rdzv::derive_hex(secret, "sgpu ray token")),
+        ray_token(launcher::ray_token(secret)),
         client(io_, rdzv::ClientOptions{options.launcher, to_ms(options.join_timeout), std::chrono::seconds(10)},
                std::move(secret), *this) {
     options.environment.erase(rdzv::kSecretEnvVar);  // ranks run user code: they do not get the secret

@@ -17,6 +17,8 @@ std::string ray_metrics_path(const std::string& run_dir) {
   return (fs::path(run_dir) / "ray" / "metrics.jsonl").string();
 }
 
+std::string ray_token(const rendezvous::Secret& secret) { return rendezvous::derive_hex(secret, "sgpu ray token"); }
+
 std::string ray_node_resource(int node_rank) { return fmt::format("sgpu_node_{}", node_rank); }
 
 std::vector<std::string> ray_start_args(const RayNode& node) {

@@ -1,29 +1,18 @@
 #include "backends/local/local_backend.hpp"
 
-#include <sys/random.h>
 #include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
 
-#include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/outputs/outputs.hpp"
+#include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
 
 namespace sgpu::launcher::local {
 namespace {
-
-// A token for the job's Ray cluster, from the kernel's random source.
-std::string random_hex(std::size_t bytes) {
-  std::string raw(bytes, '\0');
-  if (::getrandom(raw.data(), raw.size(), 0) != static_cast<ssize_t>(raw.size()))
-    throw Error("cannot read random bytes for the Ray cluster's token (getrandom)", 1);
-  std::string hex;
-  for (unsigned char c : raw) hex += fmt::format("{:02x}", c);
-  return hex;
-}
 
 class LocalBackend : public Backend {
  public:
@@ -46,7 +35,7 @@ class LocalBackend : public Backend {
     in.run_id = make_run_id();
     rendezvous::PortReservation port(spec.master_port.value_or(0));
     in.master_port = port.port();
-    if (spec.ray) in.ray_token = random_hex(16);
+    if (spec.ray) in.ray_token = ray_token(rendezvous::Secret::generate());
     std::string root = runs_root(spec.log_dir, ctx.inherited);
     // The whole plan is validated before the disk is touched.
     in.run_dir = (std::filesystem::absolute(root) / in.run_id).string();

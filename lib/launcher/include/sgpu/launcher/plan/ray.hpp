@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/rendezvous/auth.hpp"
 
 namespace sgpu::launcher {
 
@@ -54,6 +55,11 @@ std::vector<std::string> ray_node_argv(const std::string& python, const RayNode&
 // driver starts): its own source, the node count, the log and link paths;
 // Ray's own settings (usage stats off, token authentication when a token is given).
 void add_ray_env(env::Environment& rank_env, const RayNode& node, const std::string& run_dir, const std::string& token);
+
+// The cluster's token, derived from the run's rendezvous secret: every node
+// of a multi-node run gets the same one without it being sent; a one-node
+// run derives it from a fresh secret.
+std::string ray_token(const rendezvous::Secret& secret);
 
 // The helper's Python source (ray_node_helper.cpp).
 const char* ray_node_helper_source();
