@@ -43,14 +43,6 @@ void report_not_started(const LaunchContext& ctx, const Error& error) {
   std::fflush(stdout);
 }
 
-RunEnd not_started_end(const Error& error) {
-  RunEnd end;
-  end.end = env::JobEnd::Kind::NotStarted;
-  end.exit_code = error.exit_code();
-  end.started = end.ended = Clock::now();
-  return end;
-}
-
 LaunchContext context_of(LaunchRequest& request) {
   LaunchContext ctx;
   ctx.spec = std::move(request.resolved.spec);
@@ -139,7 +131,7 @@ int launch(LaunchRequest request) {
     report_not_started(ctx, e);
     // A run that the nodes never started (the rendezvous failed, a host
     // was unreachable) still ends its MLflow run, as FAILED with the code.
-    if (tracker && tracked) tracker->end(not_started_end(e));
+    if (tracked) tracker->end(describe_not_started(e.exit_code()));
     throw;
   }
   if (!result.hosted) {  // this node's part of a run another node hosts

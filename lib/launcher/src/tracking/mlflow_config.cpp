@@ -93,6 +93,14 @@ RunDescription describe_run(const JobSpec& spec, const LaunchPlan& plan, const e
   return d;
 }
 
+RunEnd describe_not_started(int exit_code) {
+  RunEnd r;
+  r.end = env::JobEnd::Kind::NotStarted;
+  r.exit_code = exit_code;
+  r.started = r.ended = Clock::now();
+  return r;
+}
+
 RunEnd describe_end(const JobOutcome& outcome, const LaunchPlan& plan) {
   RunEnd r;
   r.end = outcome.end.kind;

@@ -86,6 +86,9 @@ struct RunEnd {
 // summary.json, events.jsonl, spec.json, the root cause's error file and the
 // logs of rank 0 and of the root cause's rank.
 RunEnd describe_end(const JobOutcome& outcome, const LaunchPlan& plan);
+// A run whose ranks never started (the rendezvous failed, a host was
+// unreachable): FAILED with sgpu's exit code, nothing to upload.
+RunEnd describe_not_started(int exit_code);
 
 class MlflowTracker {
  public:
