@@ -209,3 +209,21 @@ def test_a_multi_node_run_that_never_starts_is_failed_with_its_code(tracked, tmp
     run_id = re.search(r"sgpu: mlflow run \S+/runs/(\w+)", e0).group(1)
     run = query(tracked.env, "run", run_id)
     assert run["status"] == "FAILED" and run["metrics"]["sgpu.exit_code"] == [[0, 1]]
+
+
+def test_a_launch_that_fails_its_preflight_makes_no_run(tracked, tmp_path):
+    from test_doctor import fake_libs
+    dirs = fake_libs()
+    env = dict(tracked.env, LD_LIBRARY_PATH=os.pathsep.join(str(dirs[n]) for n in ("cuda", "nccl", "nvml")),
+               SGPU_FAKE_DRIVER_GPUS="2", SGPU_FAKE_NCCL_DIR=str(tmp_path), SGPU_FAKE_NCCL_BUSBW="0.001")
+    args = ["launch", "--gpus", 2, "--preflight", "--set", "preflight.max_bytes=64K", "--set", "preflight.iters=2",
+            "--set", "preflight.expect_busbw=0.0005", "--mlflow-experiment", f"preflight-{tmp_path.name}",
+            "--no-python", "true"]
+    healthy = tracked.run(*args, env=env)
+    assert healthy.returncode == 0, healthy.stderr
+    runs = query(tracked.env, "runs", f"preflight-{tmp_path.name}")
+    assert len(runs) == 1 and f"/runs/{runs[0]}" in healthy.stderr
+    failed = tracked.run(*args, env=dict(env, SGPU_FAKE_DRIVER_ECC="1:3"))
+    assert failed.returncode == 1, failed.stderr
+    assert "preflight: failed" in failed.stderr and "mlflow run" not in failed.stderr
+    assert query(tracked.env, "runs", f"preflight-{tmp_path.name}") == runs

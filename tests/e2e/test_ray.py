@@ -106,6 +106,12 @@ def test_local_driver_sees_the_slots_and_its_exit_code_is_the_jobs(sgpu, ray_env
     lines = [json.loads(line) for line in open(path)]
     # Ray leaves out a resource with nothing available.
     assert lines and all(m["node"] == 0 and m["total"]["CPU"] == 2.0 and m["available"].get("CPU", 0) <= 2 for m in lines)
+    # Ray's session stays with the run: this run directory's path is too long for
+    # Ray's unix sockets, so <run dir>/ray links to /tmp/sgpu-ray-<run id>.
+    ray_dir = os.path.join(summary["run_dir"], "ray")
+    assert os.readlink(ray_dir) == f"/tmp/sgpu-ray-{summary['run_id']}"
+    assert any(name.startswith("session_") for name in os.listdir(ray_dir))
+    assert os.path.getsize(os.path.join(summary["run_dir"], "ranks", "0", "ray-start.log")) > 0
 
 
 # A GCS client, as any process that wants the cluster would make one.

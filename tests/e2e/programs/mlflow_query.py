@@ -1,6 +1,7 @@
 """What MLflow's Python client sees, as one JSON document on stdout.
   mlflow_query.py run RUN_ID     info, params, tags, metrics (with steps), artifacts
-  mlflow_query.py parent         creates a run to nest under; prints its id and experiment"""
+  mlflow_query.py parent         creates a run to nest under; prints its id and experiment
+  mlflow_query.py runs NAME      the ids of the runs in experiment NAME ([] when it does not exist)"""
 import json
 import sys
 
@@ -10,6 +11,12 @@ client = MlflowClient()
 if sys.argv[1] == "parent":
     run = client.create_run("0", run_name="parent")
     print(json.dumps({"run_id": run.info.run_id, "experiment_id": run.info.experiment_id}))
+    sys.exit(0)
+
+if sys.argv[1] == "runs":
+    experiment = client.get_experiment_by_name(sys.argv[2])
+    found = client.search_runs([experiment.experiment_id]) if experiment else []
+    print(json.dumps([r.info.run_id for r in found]))
     sys.exit(0)
 
 run = client.get_run(sys.argv[2])
