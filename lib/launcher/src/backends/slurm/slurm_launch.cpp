@@ -297,7 +297,12 @@ struct SlurmRun {
                           say(fmt::format("SLURM ended job {}: a node failed", job_id), false);
                         } else if (s->state == "PREEMPTED") {
                           say(fmt::format("SLURM preempted job {}", job_id));
+                        } else if (s->state == "RUNNING") {
+                          // The job lives on: SLURM ended only the step (a node's step
+                          // daemon died, say), and what the nodes said is the cause.
+                          notice(fmt::format("SLURM aborted the job step; job {} is still running", job_id));
                         } else {
+                          // CANCELLED, or COMPLETING with no other reason: what scancel leaves.
                           say(fmt::format("SLURM job {} was cancelled (scancel)", job_id));
                         }
                       });
