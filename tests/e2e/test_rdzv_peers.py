@@ -99,9 +99,9 @@ def test_another_protocol_version_is_a_clear_error(sgpu, launcher):
         s.sendall(w.client_hello(w.nonce(), version=99))
         frames = w.read_until_closed(s, timeout=10)
     assert frames[0][0] == w.REJECT
-    assert "this launcher speaks rendezvous protocol version 1, the agent 99" in w.reject_reason(frames[0][1])
+    assert f"this launcher speaks rendezvous protocol version {w.VERSION}, the agent 99" in w.reject_reason(frames[0][1])
     err = finish_with_a_real_agent(sgpu, launcher)
-    assert "it speaks protocol version 99, this launcher speaks 1" in err
+    assert f"it speaks protocol version 99, this launcher speaks {w.VERSION}" in err
 
 
 def test_a_slow_hello_is_dropped_by_a_timer(sgpu, launcher):
@@ -138,7 +138,7 @@ def test_an_agent_refuses_a_launcher_of_another_version(sgpu, tmp_path):
     t.join()
     server.close()
     assert a.returncode == 2
-    assert "speaks rendezvous protocol version 7, this agent speaks 1: run the same sgpu version on every node" in err
+    assert f"speaks rendezvous protocol version 7, this agent speaks {w.VERSION}: run the same sgpu version on every node" in err
 
 
 def test_an_agent_refuses_a_launcher_that_does_not_know_the_secret(sgpu, tmp_path):

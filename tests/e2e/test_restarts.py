@@ -1,6 +1,7 @@
-"""--max-restarts on one node: the whole group starts again after a rank
-fails, with TORCHELASTIC_RESTART_COUNT=k and a new MASTER_PORT, within one
---timeout; each attempt's files are kept and summary.json lists every attempt."""
+"""--max-restarts, on one node and on several: the whole group starts again
+after a rank fails, with TORCHELASTIC_RESTART_COUNT=k and a new MASTER_PORT,
+within one --timeout; each attempt's files are kept and summary.json lists
+every attempt. A lost node is never restarted."""
 import json
 import pathlib
 import re
@@ -8,6 +9,7 @@ import signal
 import time
 
 from conftest import ROOT, TORCH_PYTHON, assert_one_exit_code, newest_summary, pid_alive, python_program
+from multinode import agent, all_dead, free_port, make_secret_file, read_pids, static_node
 
 
 def restart_env(sgpu, tmp_path, **extra):
@@ -121,11 +123,74 @@ def test_ctrl_c_during_the_backoff_ends_at_once(sgpu, tmp_path):
         assert not pid_alive(summary["ranks"][r]["pid"])
 
 
-def test_restarts_on_several_nodes_are_refused(sgpu, tmp_path):
-    res = sgpu.run("launch", "--nnodes", 2, "--node-rank", 0, "--master-addr", "127.0.0.1", "--max-restarts", 1,
-                   "--nproc", 1, python_program("restart_job.py"))
-    assert res.returncode == 2, res.stderr
-    assert "--max-restarts 1: restarts work on one node (the local backend) only so far" in res.stderr
+def test_two_static_nodes_restart_together(sgpu, tmp_path):
+    # Rank 2 (node 1) fails on attempt 0: the launcher stops both nodes,
+    # waits the backoff and tells every node's agent to start again.
+    out, env = restart_env(sgpu, tmp_path, FAIL_UNTIL=1, FAIL_RANK=2)
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    common = ["--nproc", 2, "--max-restarts", 2, "--restart-backoff", "100ms", python_program("restart_job.py")]
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, *common, env=env)
+    n1 = static_node(sgpu, 2, 1, endpoint, secret, *common, env=env)
+    _, e0 = n0.communicate(timeout=120)
+    _, e1 = n1.communicate(timeout=120)
+    assert (n0.returncode, n1.returncode) == (0, 0), e0 + e1
+    # Every rank of both nodes ran attempts 0 and 1, each attempt with its own MASTER_PORT.
+    for r in range(4):
+        assert [seen(out, r, k)[:2] for k in (0, 1)] == [(0, 2), (1, 2)]
+        assert seen(out, r, 0)[2] == seen(out, 0, 0)[2] and seen(out, r, 1)[2] == seen(out, 0, 1)[2]
+    assert seen(out, 0, 0)[2] != seen(out, 0, 1)[2]
+    assert not list(out.glob("seen-*-2.txt"))
+    assert re.search(r"sgpu: attempt 0 ended: rank 2 \(\S+\) failed first: exit 3 \(exit code 3\); "
+                     r"restart 1 of 2 in 100ms", e0), e0
+    summary = newest_summary(env)
+    assert [(a["attempt"], a["status"], a["exit_code"]) for a in summary["attempts"]] == [(0, "rank_failed", 3),
+                                                                                        (1, "completed", 0)]
+    assert summary["attempts"][0]["root_cause"]["rank"] == 2
+    assert "boom on attempt 0" in summary["attempts"][0]["root_cause"]["details"]
+    ranks = pathlib.Path(summary["run_dir"], "ranks")
+    assert "boom on attempt 0" in (ranks / "2" / "attempt-0" / "stderr").read_text()
+    assert (ranks / "3" / "attempt-0" / "stdout").read_text() == "rank 3 attempt 0\n"
+    assert (ranks / "3" / "stdout").read_text() == "rank 3 attempt 1\n"
+    assert (ranks / "2" / "stderr").read_text() == ""
+    started = sorted((e["rank"], e["attempt"]) for e in events(summary) if e["event"] == "rank_started")
+    assert started == [(r, k) for r in range(4) for k in (0, 1)]
+    for r in range(4):
+        assert summary["ranks"][r]["exit_code"] == 0
+
+
+def test_on_several_nodes_an_always_failing_job_ends_with_its_code(sgpu, tmp_path):
+    out, env = restart_env(sgpu, tmp_path, FAIL_CODE=7, FAIL_RANK=1)
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    common = ["--nproc", 1, "--max-restarts", 2, "--restart-backoff", "50ms", python_program("restart_job.py")]
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, *common, env=env)
+    n1 = static_node(sgpu, 2, 1, endpoint, secret, *common, env=env)
+    _, e0 = n0.communicate(timeout=120)
+    _, e1 = n1.communicate(timeout=120)
+    assert (n0.returncode, n1.returncode) == (7, 7), e0 + e1
+    assert sorted(p.name for p in out.glob("seen-1-*")) == ["seen-1-0.txt", "seen-1-1.txt", "seen-1-2.txt"]
+    summary = newest_summary(env)
+    assert [a["exit_code"] for a in summary["attempts"]] == [7, 7, 7]
+    assert "3 attempts (2 restarts)" in e0
+
+
+def test_a_lost_node_is_not_restarted_and_is_named(sgpu, tmp_path):
+    # Node 1's agent is killed mid-run: nothing is left there to start its
+    # ranks again, so the run ends at once, naming the node, restarts or not.
+    out, env = restart_env(sgpu, tmp_path)
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    script = 'echo $$ > "$OUT_DIR/pid-$RANK"; exec sleep 600'
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, "--nproc", 1, "--max-restarts", 3, "--restart-backoff", "10ms",
+                     "--no-python", "sh", "-c", script, env=env)
+    n1 = agent(sgpu, endpoint, secret, "--node-name", "second", env=env)
+    pids = read_pids(out, [0, 1])
+    n1.kill()
+    _, e0 = n0.communicate(timeout=60)
+    n1.wait(timeout=30)
+    assert n0.returncode == 1, e0
+    assert "node second was lost" in e0 and "restart 1 of 3" not in e0
+    summary = newest_summary(env)
+    assert [a["status"] for a in summary["attempts"]] == ["node_lost"]
+    assert all_dead(pids)
 
 
 def test_checkpoint_example_resumes_where_it_failed(sgpu, tmp_path):

@@ -251,6 +251,23 @@ def test_a_rank_failing_inside_an_allocation_names_its_node_and_gives_its_code(s
     assert re.search(r"rank 3 \(node2\) failed first: exit 7\b.*\(exit code 7\)", res.stderr), res.stderr
 
 
+def test_restarts_inside_an_allocation_start_every_node_again(slurm_cluster, cluster_env, sgpu, tmp_path):
+    # Rank 1 (the second node) fails on attempt 0; the same srun step's agents
+    # start their ranks again on the launcher's word.
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(cluster_env, OUT_DIR=str(out), FAIL_UNTIL="1", FAIL_RANK="1")
+    res = slurm_cluster.run("salloc", "-N2", *sgpu_cmd(sgpu, "launch", "--nproc", 1, "--max-restarts", 1,
+                                                       "--restart-backoff", "50ms", python_program("restart_job.py")),
+                            env=env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in out.glob("seen-*")) == ["seen-0-0.txt", "seen-0-1.txt", "seen-1-0.txt",
+                                                          "seen-1-1.txt"]
+    assert "restart 1 of 1 in 50ms" in res.stderr
+    summary = newest_summary(env)
+    assert [(a["status"], a["exit_code"]) for a in summary["attempts"]] == [("rank_failed", 3), ("completed", 0)]
+
+
 def test_ctrl_c_releases_the_allocation_and_leaves_nothing(slurm_cluster, cluster_env, sgpu, tmp_path):
     marker = f"SGPU_TEST_MARK={os.getpid()}-{time.monotonic_ns()}"
     env = dict(cluster_env, SGPU_TEST_MARK=marker.split("=", 1)[1])

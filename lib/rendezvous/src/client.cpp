@@ -206,7 +206,8 @@ struct RendezvousClient::Impl {
         unexpected(m, "before the start");
       case State::Running:
         if (std::holds_alternative<Heartbeat>(m)) return;
-        if (std::holds_alternative<Signal>(m) || std::holds_alternative<Finish>(m)) {
+        if (std::holds_alternative<Signal>(m) || std::holds_alternative<Finish>(m) ||
+            std::holds_alternative<Restart>(m)) {
           handler.on_message(std::move(m));
           return;
         }

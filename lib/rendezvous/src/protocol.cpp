@@ -20,6 +20,7 @@ constexpr MessageType kTypeOfIndex[] = {
     MessageType::RankFile,     MessageType::RankExited,
     MessageType::NodeTeardown, MessageType::NodeDone,
     MessageType::Signal,       MessageType::Finish,
+    MessageType::Restart,
 };
 static_assert(std::size(kTypeOfIndex) == std::variant_size_v<Message>);
 
@@ -173,7 +174,7 @@ void put(WireWriter& w, const NodeTeardown& m) {
   w.bytes(m.cause.reason);
   w.bytes(m.detail);
 }
-void put(WireWriter&, const NodeDone&) {}
+void put(WireWriter& w, const NodeDone& m) { w.u32(m.next_master_port); }
 void put(WireWriter& w, const Signal& m) {
   w.i32(m.signal);
   w.u8(static_cast<std::uint8_t>(m.mode));
@@ -181,6 +182,11 @@ void put(WireWriter& w, const Signal& m) {
 void put(WireWriter& w, const Finish& m) {
   w.i32(m.exit_code);
   w.bytes(m.summary);
+}
+void put(WireWriter& w, const Restart& m) {
+  w.u32(m.attempt);
+  w.bytes(m.master_addr);
+  w.u32(m.master_port);
 }
 
 Message get(MessageType type, WireReader& r) {
@@ -307,7 +313,7 @@ Message get(MessageType type, WireReader& r) {
       return m;
     }
     case MessageType::NodeDone:
-      return NodeDone{};
+      return NodeDone{r.u32()};
     case MessageType::Signal: {
       Signal m;
       m.signal = r.i32();
@@ -322,11 +328,18 @@ Message get(MessageType type, WireReader& r) {
       m.summary = r.bytes(kMaxMessageBytes, "summary");
       return m;
     }
+    case MessageType::Restart: {
+      Restart m;
+      m.attempt = r.u32();
+      m.master_addr = r.bytes(kMaxNameBytes, "master address");
+      m.master_port = r.u32();
+      return m;
+    }
   }
   throw ProtocolError(fmt::format("unknown message type {}", static_cast<int>(type)));
 }
 
-bool known_type(std::uint8_t t) { return (t >= 1 && t <= 11) || (t >= 20 && t <= 26) || t == 30 || t == 31; }
+bool known_type(std::uint8_t t) { return (t >= 1 && t <= 11) || (t >= 20 && t <= 26) || (t >= 30 && t <= 32); }
 
 }  // namespace
 
@@ -374,6 +387,8 @@ const char* type_name(MessageType type) {
       return "Signal";
     case MessageType::Finish:
       return "Finish";
+    case MessageType::Restart:
+      return "Restart";
   }
   return "unknown";
 }

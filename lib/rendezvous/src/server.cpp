@@ -40,6 +40,7 @@ struct RendezvousServer::Impl {
     Join join;
     std::uint32_t node_rank = 0;
     std::uint32_t master_port = 0;
+    bool lost_said = false;  // on_node_lost was called for it
     SteadyClock::time_point accepted;
     asio::steady_timer liveness;
     explicit Peer(asio::io_context& io) : liveness(io) {}
@@ -210,17 +211,23 @@ struct RendezvousServer::Impl {
         return;
       }
       case State::Running: {
-        auto rank = p.node_rank;
         p.liveness.cancel();
         p.socket->close();
         p.state = State::Done;
-        handler.on_node_lost(rank, why);
+        p.lost_said = true;
+        handler.on_node_lost(p.node_rank, why);
         return;
       }
-      case State::Done:
+      case State::Done: {
         p.liveness.cancel();
         p.socket->close();
+        // A node that finished its attempt and is gone before the run is
+        // over cannot take part in a restart: the launcher decides.
+        if (phase != Phase::Running || p.lost_said) return;
+        p.lost_said = true;
+        handler.on_node_lost(p.node_rank, why);
         return;
+      }
     }
   }
 
@@ -465,6 +472,14 @@ void RendezvousServer::send(std::uint32_t node_rank, const Message& message) {
 void RendezvousServer::broadcast(const Message& message) {
   for (auto* n : impl_->nodes)
     if (n != nullptr) n->socket->send(message);
+}
+
+void RendezvousServer::restart(const Restart& restart) {
+  for (auto* n : impl_->nodes) {
+    if (n == nullptr || n->state != Impl::State::Done || n->lost_said) continue;
+    n->state = Impl::State::Running;
+    n->socket->send(restart);
+  }
 }
 
 void RendezvousServer::finish(const Finish& finish) {

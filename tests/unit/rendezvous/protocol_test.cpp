@@ -43,8 +43,10 @@ std::vector<Message> one_of_each() {
       RankExited{10, ExitStatus::killed(SIGKILL), true},
       NodeTeardown{cause, "detail"},
       NodeDone{},
+      NodeDone{29517},
       Signal{SIGUSR1, SignalMode::Forward},
       Finish{7, "rank 9 (node-b) failed first: exit 3"},
+      Restart{2, "10.0.0.1", 29517},
   };
 }
 

@@ -23,6 +23,8 @@ struct Launcher : ServerHandler {
   std::vector<std::uint32_t> lost;
   RendezvousServer* server = nullptr;
   std::size_t done = 0;
+  std::uint32_t restarts = 0;   // how many times to send Restart instead of Finish
+  std::uint32_t next_port = 0;  // node 0's NodeDone said
 
   void on_notice(const std::string& text) override { notices.push_back(text); }
   void on_started(const std::vector<NodeInfo>& n, const Start& s) override {
@@ -30,9 +32,18 @@ struct Launcher : ServerHandler {
     start = s;
   }
   void on_node_message(std::uint32_t node, Message&& m) override {
-    bool is_done = std::holds_alternative<NodeDone>(m);
+    const auto* node_done = std::get_if<NodeDone>(&m);
+    if (node_done != nullptr && node == 0) next_port = node_done->next_master_port;
+    bool is_done = node_done != nullptr;
     messages.emplace_back(node, std::move(m));
-    if (is_done && ++done == nodes.size()) server->finish(Finish{0, "ok"});
+    if (!is_done || ++done < nodes.size()) return;
+    done = 0;
+    if (restarts == 0) {
+      server->finish(Finish{0, "ok"});
+      return;
+    }
+    --restarts;
+    server->restart(Restart{1, start.master_addr, next_port});
   }
   void on_node_lost(std::uint32_t node, const std::string&) override { lost.push_back(node); }
   void on_failed(const std::string& message, int code) override {
@@ -50,6 +61,7 @@ struct Agent : ClientHandler {
   Assign assign;
   std::optional<Start> start;
   std::optional<Finish> finish;
+  std::vector<Restart> restarted;
   std::string lost;
   int lost_code = 0;
   RendezvousClient* client = nullptr;
@@ -71,9 +83,15 @@ struct Agent : ClientHandler {
   void on_start(const Start& s) override {
     start = s;
     client->send(RankExited{assign.rank_base, sgpu::env::ExitStatus::exited(0), false});
-    client->send(NodeDone{});
+    client->send(NodeDone{assign.node_rank == 0 ? 30001U : 0U});
   }
   void on_message(Message&& m) override {
+    if (auto* r = std::get_if<Restart>(&m)) {
+      restarted.push_back(*r);
+      client->send(RankExited{assign.rank_base, sgpu::env::ExitStatus::exited(0), false});
+      client->send(NodeDone{});
+      return;
+    }
     if (auto* f = std::get_if<Finish>(&m)) {
       finish = *f;
       client->close();
@@ -225,4 +243,27 @@ TEST_CASE("rendezvous: an agent gives up when nothing listens") {
   c.start();
   io.run_for(5s);
   CHECK(a.lost.find("cannot reach the rendezvous at 127.0.0.1:1 within 300ms (--join-timeout)") != std::string::npos);
+}
+
+TEST_CASE("rendezvous: Restart starts every node again, and their messages count again") {
+  Fixture f;
+  ServerOptions o;
+  o.nnodes = 2;
+  o.heartbeat_timeout = 2s;
+  f.serve(o);
+  f.launcher.restarts = 1;
+  auto& a = f.add("a", 0, 1, f.secret);
+  auto& b = f.add("b", 1, 1, f.secret);
+  f.run();
+  CHECK(f.launcher.failure.empty());
+  for (auto* agent : {&a, &b}) {
+    REQUIRE(agent->restarted.size() == 1);
+    CHECK(agent->restarted[0] == Restart{1, f.launcher.start.master_addr, 30001});  // node 0's next port
+    REQUIRE(agent->finish);
+  }
+  // Both attempts' reports reached the launcher: two RankExited per node.
+  int exits = 0;
+  for (const auto& [node, m] : f.launcher.messages) exits += std::holds_alternative<RankExited>(m) ? 1 : 0;
+  CHECK(exits == 4);
+  CHECK(f.launcher.lost.empty());
 }

@@ -52,17 +52,6 @@ LaunchContext context_of(LaunchRequest& request) {
   return ctx;
 }
 
-// Restarts run on one node so far: the launcher's word to every node's
-// agent to start its ranks again is not in the rendezvous protocol yet.
-void check_restarts(const JobSpec& spec, const BackendInfo& backend) {
-  if (spec.max_restarts == 0 || backend.name == "local") return;
-  throw Error(fmt::format("{}: restarts work on one node (the local backend) only so far, not with the {} "
-                          "backend; drop it, or run on one node",
-                          where_set(spec, "job.max_restarts", fmt::format("--max-restarts {}", spec.max_restarts)),
-                          backend.name),
-              kExitUsage);
-}
-
 }  // namespace
 
 int launch(LaunchRequest request) {
@@ -122,7 +111,7 @@ int launch(LaunchRequest request) {
   };
   BackendRun result;
   try {
-    check_restarts(ctx.spec, info);
+    restart_policy(ctx.spec);  // checked before anything starts, on one node or many
     check_launch_preflight(ctx.spec, info);
     backend->check(ctx);
     result = backend->run(ctx, observe);
@@ -152,7 +141,7 @@ int dry_run(LaunchRequest request) {
   try {
     const auto& info = choose_backend(ctx.spec, ctx.inherited);
     auto backend = info.make();
-    check_restarts(ctx.spec, info);
+    restart_policy(ctx.spec);  // checked before anything starts, on one node or many
     check_launch_preflight(ctx.spec, info);
     backend->check(ctx);
     auto layout = backend->describe(ctx);

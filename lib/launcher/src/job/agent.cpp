@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 
 #include <fmt/format.h>
 
@@ -60,6 +61,8 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   int local_ranks = 0;
   rdzv::Assign assign;
   std::optional<rdzv::PortReservation> master_port;  // node 0 holds MASTER_PORT for the run
+  std::optional<rdzv::PortReservation> next_port;    // node 0, with restarts: the next attempt's, reserved ahead
+  int attempt = 0;                                   // TORCHELASTIC_RESTART_COUNT of the ranks running
   std::string run_dir;
   LaunchPlan plan;
   std::map<int, env::RankFiles> files;
@@ -104,6 +107,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     in.nnodes = static_cast<int>(std::max(1U, assign.nnodes));
     in.rank_base = static_cast<int>(assign.rank_base);
     in.world_size = static_cast<int>(assign.world_size);
+    in.restart_count = attempt;
     return in;
   }
 
@@ -160,9 +164,34 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   }
 
   void on_start(const rdzv::Start& start) override {
+    start_ranks(start.master_addr, static_cast<int>(start.master_port));
+  }
+
+  // The launcher's word after a failed attempt: this node's ranks again.
+  void restart(const rdzv::Restart& r) {
+    if (!ranks_finished || lost || done) return;  // it only comes once every node said NodeDone
+    if (next_port && static_cast<std::uint32_t>(next_port->port()) == r.master_port)
+      master_port = std::exchange(next_port, std::nullopt);  // the old port is let go only now
+    next_port.reset();
+    // The last attempt's files are the launcher's now (kept per attempt):
+    // none may pass for this attempt's.
+    for (const auto& [rank, f] : files) {
+      std::error_code ec;
+      std::filesystem::remove(f.error_file, ec);
+      std::filesystem::remove(f.result_file, ec);
+    }
+    ranks_finished = false;
+    attempt = static_cast<int>(r.attempt);
+    // The last attempt's Supervisor (and its orphan guard) goes once the loop
+    // is past anything it queued.
+    asio::post(io, [old = std::shared_ptr<Supervisor>(std::move(supervisor))] {});
+    start_ranks(r.master_addr, static_cast<int>(r.master_port));
+  }
+
+  void start_ranks(const std::string& master_addr, int port) {
     std::vector<RankLaunch> launches;
     try {
-      plan = make_plan(spec, inputs(static_cast<int>(start.master_port), start.master_addr));
+      plan = make_plan(spec, inputs(port, master_addr));
     } catch (const Error& e) {
       auto message = fmt::format("node {}: {}", options.node_name, e.what());
       client.send(rdzv::Abort{message, e.exit_code()});
@@ -185,6 +214,10 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     if (const auto* finish_msg = std::get_if<rdzv::Finish>(&message)) {
       client.close();
       finish({finish_msg->exit_code, finish_msg->summary, true});
+      return;
+    }
+    if (const auto* again = std::get_if<rdzv::Restart>(&message)) {
+      restart(*again);
       return;
     }
     const auto* sig = std::get_if<rdzv::Signal>(&message);
@@ -237,13 +270,26 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       finish(*lost);
       return;
     }
-    client.send(rdzv::NodeDone{});  // then the launcher's Finish ends this agent
+    // Node 0 reserves the next attempt's MASTER_PORT now, while the
+    // launcher decides: a restart then needs no round trip. (The old one
+    // is held until then, so the two differ.)
+    rdzv::NodeDone done_msg;
+    if (assign.node_rank == 0 && attempt < spec.max_restarts && !spec.master_port) {
+      try {
+        next_port.emplace(0);
+        done_msg.next_master_port = static_cast<std::uint32_t>(next_port->port());
+      } catch (const Error&) {
+        next_port.reset();  // the next attempt keeps this one
+      }
+    }
+    client.send(done_msg);  // then the launcher's Finish (or Restart) follows
   }
 
   void finish(const AgentResult& result) {
     if (done) return;
     done = true;
     master_port.reset();
+    next_port.reset();
     if (session) {
       boost::system::error_code ignored;
       session->close(ignored);

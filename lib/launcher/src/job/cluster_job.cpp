@@ -74,8 +74,13 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   std::vector<NodeState> node_state;
   std::vector<std::array<bool, 2>> output_open;  // by global rank
   JobOutcome outcome;
+  Clock::time_point attempt_started{};
+  rdzv::Start start_info;              // MASTER_ADDR/PORT of the attempt running
+  std::uint32_t next_master_port = 0;  // node 0's reservation for the next attempt, if any
+  std::optional<env::JobEnd> gone;     // a node lost after it finished its attempt: no attempt can follow
   std::size_t joined = 0;
   bool started = false;
+  bool between_attempts = false;  // every node done; JobControl decides: restart or the end
   bool finished = false;
   std::optional<std::pair<std::string, int>> failure;
 
@@ -93,7 +98,9 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     auto g = env::parse_duration(spec.grace, "--grace");
     if (!g) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
     grace = *g;
-    control = std::make_unique<JobControl>(io, JobControlOptions{timeout, grace, true}, *this);
+    auto restarts = restart_policy(spec);
+    control = std::make_unique<JobControl>(
+        io, JobControlOptions{timeout, grace, true, restarts.max_restarts, restarts.backoff}, *this);
     run_id = make_run_id();
     auto root = runs_root(spec.log_dir, inherited);
     run_dir = create_run_dir(root, run_id, 0);
@@ -151,7 +158,9 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
           {static_cast<int>(n.node_rank), n.name, static_cast<int>(n.rank_base), static_cast<int>(n.local_ranks)});
       world += static_cast<int>(n.local_ranks);
     }
+    start_info = start;
     outcome.started = Clock::now();
+    attempt_started = outcome.started;
     outcome.ranks.resize(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) outcome.ranks[static_cast<std::size_t>(r)].rank = r;
     output_open.assign(static_cast<std::size_t>(world), {false, false});
@@ -263,7 +272,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     // RankFailed arrives as its RankExited; NodeLost is the node's own view.
   }
 
-  void handle(std::uint32_t node, rdzv::NodeDone&) {
+  void handle(std::uint32_t node, rdzv::NodeDone& m) {
+    if (node == 0 && m.next_master_port > 0 && m.next_master_port <= 65535) next_master_port = m.next_master_port;
     node_state[node] = NodeState::Done;
     maybe_finish();
   }
@@ -274,7 +284,22 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
 
   // `code`: what the node's ending means, when its backend knows it.
   void lose(std::uint32_t node, const std::string& why, std::optional<int> code) {
-    if (node >= nodes.size() || node_state[node] != NodeState::Running) return;
+    if (node >= nodes.size() || finished || node_state[node] == NodeState::Lost) return;
+    env::JobEnd end;
+    end.kind = env::JobEnd::Kind::NodeLost;
+    end.host = nodes[node].name;
+    end.reason = why;
+    end.code = code;
+    if (node_state[node] == NodeState::Done) {
+      // Its ranks are over; it matters only to an attempt that would need it.
+      node_state[node] = NodeState::Lost;
+      if (!gone) gone = end;
+      if (control->restart_pending()) {
+        options.notice(fmt::format("node {} was lost after its ranks ended: {}; no restart", end.host, why));
+        control->stop_for_good(end, SIGTERM);
+      }
+      return;
+    }
     node_state[node] = NodeState::Lost;
     const auto& n = nodes[node];
     // Whatever its ranks printed without a newline is shown now.
@@ -285,16 +310,10 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
         open = false;
       }
     }
-    if (!control->stopping()) {
-      env::JobEnd end;
-      end.kind = env::JobEnd::Kind::NodeLost;
-      end.host = n.name;
-      end.reason = why;
-      end.code = code;
-      control->stop(end, SIGTERM);
-    } else {
+    // A lost node cannot start again: the run ends, naming it (also when
+    // an attempt that would have restarted is being torn down).
+    if (!control->stop_for_good(end, SIGTERM))
       options.notice(fmt::format("node {} was lost while stopping: {}", n.name, why));
-    }
     maybe_finish();
   }
 
@@ -306,6 +325,9 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     outcome.end = cause;
     observer->on_teardown(cause);
   }
+  void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
+    observer->on_restart(attempt, cause, backoff);
+  }
   // Before every node joined, a signal ends the rendezvous itself.
   void on_signal_before_start(int sig) override {
     if (failure) return;
@@ -315,14 +337,49 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     stop_waiting();
   }
 
+  // Every node is done (or lost): the attempt is over; JobControl says
+  // whether the group starts again.
   void maybe_finish() {
-    if (!started || finished) return;
+    if (!started || finished || between_attempts) return;
     for (auto s : node_state)
       if (s == NodeState::Running) return;
+    if (gone && control->stopping()) control->stop_for_good(*gone, SIGTERM);
+    between_attempts = true;
+    outcome.attempts.push_back(AttemptOutcome{control->attempt(), outcome.end, outcome.ranks, attempt_started,
+                                              Clock::now(), outcome.spawn_error});
+    control->attempt_over([this](bool again) {
+      between_attempts = false;
+      if (again)
+        restart();
+      else
+        finish_run();
+    });
+  }
+
+  void finish_run() {
     finished = true;
     outcome.ended = Clock::now();
     server->finish(rdzv::Finish{outcome.exit_code(), env::describe_end_and_code(outcome.end)});
     stop_waiting();
+  }
+
+  // The failed attempt is over everywhere and the backoff has passed: every
+  // node starts its ranks again, with node 0's new MASTER_PORT.
+  void restart() {
+    outcome.end = {};
+    outcome.spawn_error.clear();
+    for (auto& r : outcome.ranks) {
+      RankRecord fresh;
+      fresh.rank = r.rank;
+      r = fresh;
+    }
+    for (auto& open : output_open) open = {false, false};
+    node_state.assign(nodes.size(), NodeState::Running);
+    if (next_master_port != 0) start_info.master_port = std::exchange(next_master_port, 0);
+    attempt_started = Clock::now();
+    observer->on_attempt_started(control->attempt());
+    server->restart(
+        rdzv::Restart{static_cast<std::uint32_t>(control->attempt()), start_info.master_addr, start_info.master_port});
   }
 
   void stop_waiting() {

@@ -54,6 +54,16 @@ void resolve_nproc_mode(JobSpec& spec, const std::vector<env::Gpu>& inventory, i
   spec.nproc_mode.clear();
 }
 
+RestartPolicy restart_policy(const JobSpec& spec) {
+  if (spec.ray && spec.max_restarts > 0)
+    throw Error(fmt::format("{}: --ray does not restart the Ray cluster; drop it",
+                            where_set(spec, "job.max_restarts", fmt::format("--max-restarts {}", spec.max_restarts))));
+  if (spec.max_restarts < 0) throw Error(fmt::format("--max-restarts {}: must be 0 or more", spec.max_restarts));
+  auto backoff = env::parse_duration(spec.restart_backoff, "--restart-backoff");
+  if (!backoff) throw Error("--restart-backoff none: give a wait, e.g. 1s");
+  return {spec.max_restarts, *backoff};
+}
+
 LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   LaunchPlan plan;
   int slots = node_slots(spec, in.inventory);
@@ -83,14 +93,9 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
     throw Error(
         "--ray runs the entrypoint as the Ray driver with the job's Python interpreter: drop --no-python and give a "
         "script or -m module");
-  if (spec.ray && spec.max_restarts > 0)
-    throw Error(fmt::format("{}: --ray does not restart the Ray cluster; drop it",
-                            where_set(spec, "job.max_restarts", fmt::format("--max-restarts {}", spec.max_restarts))));
-  if (spec.max_restarts < 0) throw Error(fmt::format("--max-restarts {}: must be 0 or more", spec.max_restarts));
-  plan.max_restarts = spec.max_restarts;
-  auto backoff = env::parse_duration(spec.restart_backoff, "--restart-backoff");
-  if (!backoff) throw Error("--restart-backoff none: give a wait, e.g. 1s");
-  plan.restart_backoff = *backoff;
+  auto restarts = restart_policy(spec);
+  plan.max_restarts = restarts.max_restarts;
+  plan.restart_backoff = restarts.backoff;
 
   plan.run_id = in.run_id;
   plan.run_dir = in.run_dir;

@@ -63,7 +63,7 @@ void JobControl::start() {
 }
 
 bool JobControl::will_restart(const env::JobEnd& cause) const {
-  return attempt_ < options_.max_restarts && env::restartable(cause);
+  return !no_restart_ && attempt_ < options_.max_restarts && env::restartable(cause);
 }
 
 void JobControl::stop(const env::JobEnd& cause, int sig) {
@@ -79,6 +79,16 @@ void JobControl::stop(const env::JobEnd& cause, int sig) {
   grace_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec && !finished_) actions_.kill_job();
   });
+}
+
+bool JobControl::stop_for_good(const env::JobEnd& cause, int sig) {
+  if (finished_ || (stopping_ && final_)) return false;
+  no_restart_ = true;
+  if (stopping_ || in_backoff_)
+    end_for_good(cause, sig);
+  else
+    stop(cause, sig);
+  return true;
 }
 
 void JobControl::end_for_good(const env::JobEnd& cause, int sig) {

@@ -138,7 +138,7 @@ std::vector<KeyInfo> make_keys() {
       {.path = "job.max_restarts",
        .kind = K::Int,
        .flags = "--max-restarts,--max_restarts",
-       .help = "start every rank again after a rank fails, up to N times (default 0; one node only)",
+       .help = "start every rank (on every node) again after a rank fails, up to N times (default 0)",
        .min = 0,
        .max = 1000000,
        .apply = [](JobSpec& s, const S& v) { s.max_restarts = to_int(v); }},

@@ -100,3 +100,40 @@ TEST_CASE("launcher::JobControl restarts") {
     CHECK(control.end().kind == JobEnd::Kind::TimedOut);
   }
 }
+
+TEST_CASE("launcher::JobControl::stop_for_good: a lost node rules out another attempt") {
+  boost::asio::io_context io;
+  Recorder actions;
+  JobEnd lost;
+  lost.kind = JobEnd::Kind::NodeLost;
+  lost.host = "nodeb";
+  JobControl control(io, restarting(5, 30), actions);
+  control.start();
+  SUBCASE("during a teardown that would restart: the run ends with the lost node") {
+    control.rank_exited(0, ExitStatus::exited(3));
+    CHECK(control.restart_pending());
+    CHECK(control.stop_for_good(lost, SIGTERM));
+    CHECK_FALSE(control.restart_pending());
+    std::optional<bool> again;
+    control.attempt_over([&](bool a) { again = a; });
+    CHECK(again == false);
+    CHECK(control.end().kind == JobEnd::Kind::NodeLost);
+    CHECK(actions.stopping == std::vector<JobEnd::Kind>{JobEnd::Kind::RankFailed, JobEnd::Kind::NodeLost});
+  }
+  SUBCASE("during the backoff: the run ends at once, not after it") {
+    control.rank_exited(0, ExitStatus::exited(3));
+    control.all_exited();
+    std::optional<bool> again;
+    control.attempt_over([&](bool a) { again = a; });
+    CHECK(control.restart_pending());
+    CHECK(control.stop_for_good(lost, SIGTERM));
+    CHECK(again == false);
+    CHECK(control.end().kind == JobEnd::Kind::NodeLost);
+  }
+  SUBCASE("first, it stops the job like any cause, and a later failure is not restarted either") {
+    CHECK(control.stop_for_good(lost, SIGTERM));
+    CHECK(actions.signals == std::vector<int>{SIGTERM});
+    CHECK_FALSE(control.restart_pending());
+    CHECK_FALSE(control.stop_for_good(lost, SIGTERM));  // already ending for good: the first cause stays
+  }
+}

@@ -31,7 +31,7 @@ class ClientHandler {
   // Throwing sgpu::Error aborts as above.
   virtual Ready on_assign(const Assign& assign) = 0;
   virtual void on_start(const Start& start) = 0;
-  // Signal and Finish during the run.
+  // Signal, Restart and Finish during the run.
   virtual void on_message(Message&& message) = 0;
   // The end of the client, once: refused, aborted, the launcher unreachable,
   // gone or silent. Not called after close().

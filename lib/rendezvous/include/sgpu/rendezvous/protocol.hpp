@@ -15,6 +15,11 @@
 //   NodeTeardown ->       <- Signal
 //   NodeDone ->           ... every node is done ...  <- Finish
 //
+// With restarts (--max-restarts), an attempt that failed is followed, once
+// every node is done and the backoff is over, by Restart instead of Finish;
+// the run goes on from RankStarted. Node 0 reserves the next attempt's
+// MASTER_PORT before it says NodeDone, so a restart needs no round trip.
+//
 // Heartbeat flows both ways from Welcome on; Abort ends a rendezvous from
 // either side. encode() and decode() are pure and unit-tested; FrameDecoder
 // is the fuzzed entry point for bytes from the network.
@@ -32,7 +37,7 @@
 
 namespace sgpu::rendezvous {
 
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::string_view kMagic = "SGPURDZV";
 inline constexpr std::size_t kFrameHeaderSize = 5;
 inline constexpr std::uint32_t kMaxHelloPayload = 1024;
@@ -72,6 +77,7 @@ enum class MessageType : std::uint8_t {
   NodeDone = 26,
   Signal = 30,
   Finish = 31,
+  Restart = 32,
 };
 
 struct ClientHello {
@@ -196,7 +202,11 @@ struct NodeTeardown {
   bool operator==(const NodeTeardown&) const = default;
 };
 
+// Every rank of this node's attempt has ended and its output is sent.
 struct NodeDone {
+  // Node 0, when another attempt may follow: the MASTER_PORT it reserved for
+  // it (0: none; the next attempt keeps the port it had).
+  std::uint32_t next_master_port = 0;
   bool operator==(const NodeDone&) const = default;
 };
 
@@ -218,9 +228,19 @@ struct Finish {
   bool operator==(const Finish&) const = default;
 };
 
+// The launcher's word, after every node said NodeDone, to start this node's
+// ranks again as attempt `attempt` (TORCHELASTIC_RESTART_COUNT) with these
+// MASTER_ADDR/PORT.
+struct Restart {
+  std::uint32_t attempt = 0;
+  std::string master_addr;
+  std::uint32_t master_port = 0;
+  bool operator==(const Restart&) const = default;
+};
+
 using Message = std::variant<ClientHello, ServerHello, Auth, Reject, Welcome, Join, Assign, Ready, Start, Abort,
                              Heartbeat, RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited, NodeTeardown,
-                             NodeDone, Signal, Finish>;
+                             NodeDone, Signal, Finish, Restart>;
 
 MessageType type_of(const Message& message);
 const char* type_name(MessageType type);

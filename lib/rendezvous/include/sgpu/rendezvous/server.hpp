@@ -57,7 +57,8 @@ class ServerHandler {
   virtual void on_started(const std::vector<NodeInfo>& nodes, const Start& start) = 0;
   // A run-time message from an agent (RankOutput, RankExited, NodeDone, Abort, ...).
   virtual void on_node_message(std::uint32_t node_rank, Message&& message) = 0;
-  // A started node's connection dropped or went silent.
+  // A started node's connection dropped or went silent (also one that said
+  // NodeDone, until the run is finished: it cannot take part in a restart).
   virtual void on_node_lost(std::uint32_t node_rank, const std::string& why) = 0;
   // The rendezvous cannot complete (timeout, conflicting requests, an agent
   // that cannot run); every agent has been sent Abort.
@@ -79,6 +80,9 @@ class RendezvousServer {
 
   void send(std::uint32_t node_rank, const Message& message);
   void broadcast(const Message& message);
+  // Another attempt (after every node said NodeDone): Restart to every node,
+  // whose messages count again from now on.
+  void restart(const Restart& restart);
   // Sends Finish to every connected node and lets each connection close once
   // it is written; stops accepting and heartbeating.
   void finish(const Finish& finish);

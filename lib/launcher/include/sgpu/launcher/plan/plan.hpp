@@ -63,6 +63,14 @@ struct PlanInputs {
 // Throws sgpu::Error for contradictory or impossible requests.
 LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& inputs);
 
+// --max-restarts and --restart-backoff, checked: on one node or many, the
+// launcher's before anything starts and each plan's. Pure; throws sgpu::Error.
+struct RestartPolicy {
+  int max_restarts = 0;
+  env::Seconds backoff{1};
+};
+RestartPolicy restart_policy(const JobSpec& spec);
+
 // The interpreter or executable a rank runs, as an absolute path. Throws
 // sgpu::Error with exit code 127 (not found) or 126 (not executable).
 std::string resolve_program(const JobSpec& spec, const env::Environment& environment, const std::string& cwd);

@@ -64,6 +64,11 @@ class JobControl {
   void start();
   // Ends the job for `cause` with `sig` first; only the first cause counts.
   void stop(const env::JobEnd& cause, int sig);
+  // A cause that rules out another attempt (a node lost, so the group cannot
+  // start again whole): during a teardown that would restart, or its backoff,
+  // the run now ends for good with it; otherwise as stop(). Returns false when
+  // the run was already ending for good (its first cause stays).
+  bool stop_for_good(const env::JobEnd& cause, int sig);
   // A rank ended: a failure ends the job (fail-fast), unless it is ending already.
   void rank_exited(int rank, const env::ExitStatus& status, const std::string& host = {});
   // SIGKILL to everything now (a second signal, or an order from a launcher).
@@ -78,6 +83,8 @@ class JobControl {
   void finish();
 
   bool stopping() const { return stopping_; }
+  // The attempt is being torn down or waited out, and another will follow.
+  bool restart_pending() const { return (stopping_ && !final_) || in_backoff_; }
   bool started() const { return started_; }
   const env::JobEnd& end() const { return end_; }
   int attempt() const { return attempt_; }
@@ -103,6 +110,7 @@ class JobControl {
   bool stopping_ = false;
   bool final_ = false;  // stopping_, and no restart will follow
   bool in_backoff_ = false;
+  bool no_restart_ = false;  // stop_for_good: no attempt follows, whatever the cause
   bool finished_ = false;
 };
 
