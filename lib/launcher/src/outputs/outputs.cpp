@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -76,6 +77,10 @@ struct JobOutputs::Impl {
   std::optional<StatusLine> status;
   FanOut fanout;
   std::optional<TrackingLink> tracking;
+  std::thread pruner;                     // retention, beside the job: see prune_older_runs
+  std::vector<std::string> prune_errors;  // the pruner's, read once it is joined
+
+  ~Impl() { join_pruner(); }
 
   static std::vector<std::string> rank_hosts(const LaunchPlan& p) {
     std::vector<std::string> hosts;
@@ -152,13 +157,24 @@ struct JobOutputs::Impl {
 
   // Retention (output.keep_runs, SGPU_KEEP_RUNS): each launch removes the
   // finished runs beyond the newest N; this one counts, running ones stay.
+  // Removing a run's files takes milliseconds (ext4 frees every block), so
+  // it runs on a thread of its own while the ranks start and run, and is
+  // waited for before the report; it only touches other runs' directories.
   void prune_older_runs(int keep) {
     auto root = fs::path(plan.run_dir).parent_path().string();
-    // One directory listing decides whether any run can go; only then is
-    // every run's state read (a launch must not read a hundred files to remove none).
+    // One directory listing decides whether any run can go; only then are
+    // the states of the runs it may remove read.
     if (run_ids(root).size() <= static_cast<std::size_t>(keep)) return;
-    auto pruned = prune_runs(root, {.keep = keep, .older_than = std::nullopt}, false);
-    for (const auto& e : pruned.errors) fmt::print(stderr, "sgpu: warning: cannot remove an old run: {}\n", e);
+    pruner = std::thread([this, root, keep] {
+      prune_errors = prune_runs(root, {.keep = keep, .older_than = std::nullopt}, false).errors;
+    });
+  }
+
+  void join_pruner() {
+    if (!pruner.joinable()) return;
+    pruner.join();
+    for (const auto& e : std::exchange(prune_errors, {}))
+      fmt::print(stderr, "sgpu: warning: cannot remove an old run: {}\n", e);
   }
 
   RunReport gather(const JobOutcome& outcome) {
@@ -326,6 +342,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   // pipe would; one that was stopped (timeout, signal, failure) does not wait:
   // the run logs keep what the console could not show.
   auto unshown = s.sink.finish(outcome.end.kind == env::JobEnd::Kind::Completed);
+  s.join_pruner();
   auto report = s.gather(outcome);
   s.run_log.keep_last_attempt();
   if (unshown > 0)

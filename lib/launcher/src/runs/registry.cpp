@@ -212,8 +212,27 @@ nlohmann::ordered_json rank_table(const RunInfo& run) {
 
 PruneOutcome prune_runs(const std::string& root, const PruneRule& rule, bool dry_run) {
   std::vector<PruneCandidate> candidates;
+  auto ids = run_ids(root);
+  std::size_t first_read = 0;
+  if (rule.keep && !rule.older_than) {
+    // The newest `keep` runs stay whatever their state, so they are only
+    // counted (is there a state.json?), not read: a launch's retention reads
+    // the few runs it may remove, not a hundred. The second at the boundary is
+    // read whole, since runs of one second are ordered by their recorded start.
+    auto is_run = [&](const std::string& id) { return fs::exists(fs::path(root) / id / kRunStateFile); };
+    std::size_t counted = 0;
+    while (first_read < ids.size() && static_cast<long long>(counted) < *rule.keep)
+      counted += is_run(ids[first_read++]) ? 1 : 0;
+    while (first_read > 0 && first_read < ids.size() && same_second(ids[first_read - 1], ids[first_read]))
+      counted -= is_run(ids[--first_read]) ? 1 : 0;
+    candidates.resize(counted);  // kept: never selected, but they count
+  }
   // Directories without a state.json (starting, or not runs) are never listed, so never removed.
-  for (const auto& run : list_runs(root)) {
+  std::vector<RunInfo> older;
+  for (auto it = ids.begin() + static_cast<std::ptrdiff_t>(first_read); it != ids.end(); ++it)
+    if (auto run = read_run(root, *it)) older.push_back(std::move(*run));
+  order_newest_first(older);
+  for (const auto& run : older) {
     PruneCandidate c;
     c.id = run.id;
     c.finished = run.state != RunState::Running;
