@@ -123,17 +123,21 @@ def test_ctrl_c_during_the_backoff_ends_at_once(sgpu, tmp_path):
         assert not pid_alive(summary["ranks"][r]["pid"])
 
 
+def two_static_nodes(sgpu, tmp_path, env, *args):
+    """The same launch on two static nodes of this machine; each node's (exit code, stderr)."""
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    nodes = [static_node(sgpu, 2, k, endpoint, secret, *args, env=env) for k in (0, 1)]
+    errs = [n.communicate(timeout=120)[1] for n in nodes]
+    return [(n.returncode, err) for n, err in zip(nodes, errs)]
+
+
 def test_two_static_nodes_restart_together(sgpu, tmp_path):
     # Rank 2 (node 1) fails on attempt 0: the launcher stops both nodes,
     # waits the backoff and tells every node's agent to start again.
     out, env = restart_env(sgpu, tmp_path, FAIL_UNTIL=1, FAIL_RANK=2)
-    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
-    common = ["--nproc", 2, "--max-restarts", 2, "--restart-backoff", "100ms", python_program("restart_job.py")]
-    n0 = static_node(sgpu, 2, 0, endpoint, secret, *common, env=env)
-    n1 = static_node(sgpu, 2, 1, endpoint, secret, *common, env=env)
-    _, e0 = n0.communicate(timeout=120)
-    _, e1 = n1.communicate(timeout=120)
-    assert (n0.returncode, n1.returncode) == (0, 0), e0 + e1
+    (rc0, e0), (rc1, e1) = two_static_nodes(sgpu, tmp_path, env, "--nproc", 2, "--max-restarts", 2,
+                                            "--restart-backoff", "100ms", python_program("restart_job.py"))
+    assert (rc0, rc1) == (0, 0), e0 + e1
     # Every rank of both nodes ran attempts 0 and 1, each attempt with its own MASTER_PORT.
     for r in range(4):
         assert [seen(out, r, k)[:2] for k in (0, 1)] == [(0, 2), (1, 2)]
@@ -160,13 +164,9 @@ def test_two_static_nodes_restart_together(sgpu, tmp_path):
 
 def test_on_several_nodes_an_always_failing_job_ends_with_its_code(sgpu, tmp_path):
     out, env = restart_env(sgpu, tmp_path, FAIL_CODE=7, FAIL_RANK=1)
-    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
-    common = ["--nproc", 1, "--max-restarts", 2, "--restart-backoff", "50ms", python_program("restart_job.py")]
-    n0 = static_node(sgpu, 2, 0, endpoint, secret, *common, env=env)
-    n1 = static_node(sgpu, 2, 1, endpoint, secret, *common, env=env)
-    _, e0 = n0.communicate(timeout=120)
-    _, e1 = n1.communicate(timeout=120)
-    assert (n0.returncode, n1.returncode) == (7, 7), e0 + e1
+    (rc0, e0), (rc1, e1) = two_static_nodes(sgpu, tmp_path, env, "--nproc", 1, "--max-restarts", 2,
+                                            "--restart-backoff", "50ms", python_program("restart_job.py"))
+    assert (rc0, rc1) == (7, 7), e0 + e1
     assert sorted(p.name for p in out.glob("seen-1-*")) == ["seen-1-0.txt", "seen-1-1.txt", "seen-1-2.txt"]
     summary = newest_summary(env)
     assert [a["exit_code"] for a in summary["attempts"]] == [7, 7, 7]
