@@ -109,6 +109,23 @@ def test_arguments_and_environment_reach_remote_ranks_unchanged(sgpu, tmp_path):
         assert e["NODE_RANK"] == str(rank) and e["WORLD_SIZE"] == "2"
 
 
+def test_restarts_start_every_hosts_ranks_again(sgpu, tmp_path):
+    # Rank 1 (the second host) fails on attempt 0; the agents stay connected
+    # and start their ranks again on the launcher's word.
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out), FAIL_UNTIL="1", FAIL_RANK="1")
+    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "-x", "OUT_DIR", "-x", "FAIL_UNTIL",
+                     "-x", "FAIL_RANK", "--max-restarts", 1, "--restart-backoff", "50ms", "--no-python", TORCH_PYTHON,
+                     python_program("restart_job.py"), env=env)
+        assert res.returncode == 0, res.stderr
+        assert all(job_processes(h) == [] for h in hosts.hosts)
+    assert sorted(p.name for p in out.glob("seen-*")) == ["seen-0-0.txt", "seen-0-1.txt", "seen-1-0.txt",
+                                                          "seen-1-1.txt"]
+    assert "restart 1 of 1 in 50ms" in res.stderr
+
+
 def process_tree(pid):
     out = [pid]
     for child in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
