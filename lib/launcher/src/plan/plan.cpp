@@ -148,6 +148,8 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
     node.temp_dir = ray_temp_dir(plan.run_dir, plan.run_id);
     node.dashboard = spec.ray_dashboard;
     node.metrics = spec.ray_metrics;
+    auto wait = env::parse_duration(spec.rendezvous.join_timeout, "--join-timeout");
+    node.wait_s = wait ? wait->count() : 0;
     add_ray_env(plan.ranks.front().env, node, plan.run_dir, in.ray_token);
     plan.argv = ray_node_argv(plan.argv.front(), node, plan.argv);
   }

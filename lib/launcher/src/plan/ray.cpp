@@ -53,6 +53,7 @@ void add_ray_env(env::Environment& rank_env, const RayNode& node, const std::str
                  const std::string& token) {
   rank_env["SGPU_RAY_HELPER"] = ray_node_helper_source();
   rank_env["SGPU_RAY_NODES"] = std::to_string(node.nnodes);
+  rank_env["SGPU_RAY_WAIT"] = fmt::format("{}", node.wait_s);
   rank_env["SGPU_RAY_LOG"] = (fs::path(run_dir) / "ranks" / std::to_string(node.node_rank) / "ray-start.log").string();
   auto inside = (fs::path(run_dir) / "ray").string();
   if (node.node_rank == 0 && node.temp_dir != inside) rank_env["SGPU_RAY_LINK"] = inside;

@@ -17,6 +17,8 @@ cut = argv.index("--")
 start, driver = argv[:cut], argv[cut + 1:]
 head = "--head" in start
 nodes = int(os.environ.pop("SGPU_RAY_NODES", "1"))
+wait_s = float(os.environ.pop("SGPU_RAY_WAIT", "600"))  # --join-timeout; 0: no limit
+wait_text = f"{wait_s:g}s"
 me = int(os.environ.get("NODE_RANK", "0"))
 log_path = os.environ.pop("SGPU_RAY_LOG", "")
 link = os.environ.pop("SGPU_RAY_LINK", "")
@@ -111,8 +113,11 @@ def node_states():
                 states[int(name[len("sgpu_node_"):])] = (info.state == 0, info.node_manager_address)
     return states
 
+def past(deadline):
+    return wait_s > 0 and time.monotonic() > deadline
+
 def wait_for_nodes():
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + wait_s
     alive = 0
     while not signals and not ray_ended():
         try:
@@ -121,8 +126,8 @@ def wait_for_nodes():
             alive = 0
         if alive >= nodes:
             return True
-        if time.monotonic() > deadline:
-            say(f"only {alive} of {nodes} Ray nodes are alive after 180s; see {log_path}")
+        if past(deadline):
+            say(f"only {alive} of {nodes} Ray nodes are alive after {wait_text} (--join-timeout); see {log_path}")
             return False
         time.sleep(0.1)
     return False
@@ -205,15 +210,15 @@ def run_head():
 def run_worker():
     from ray._raylet import GcsClient  # imported while the head starts
     # Ray nodes on one machine pick their ports as they start: the head first, so they do not collide.
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + wait_s
     while not signals:
         try:
             if client() and node_states().get(0, (False, ""))[0]:
                 break
         except Exception:
             pass
-        if time.monotonic() > deadline:
-            say(f"the Ray head at {address} was not up after 180s")
+        if past(deadline):
+            say(f"the Ray head at {address} was not up after {wait_text} (--join-timeout)")
             return 1
         time.sleep(0.1)
     if signals:

@@ -95,12 +95,19 @@ TEST_CASE("launcher::make_plan with --ray") {
     CHECK(e.at("RAY_AUTH_MODE") == "token");
     CHECK(e.at("RAY_AUTH_TOKEN") == "feedface");
     CHECK(e.at("SGPU_RAY_NODES") == "1");
+    CHECK(e.at("SGPU_RAY_WAIT") == "600");  // --join-timeout's default, 10m
     CHECK(e.at("WORLD_SIZE") == "1");
     CHECK(e.at("SGPU_RAY_LOG") == "/r/20261203-130855-abcdef/ranks/0/ray-start.log");
     CHECK(e.count("SGPU_RAY_LINK") == 0);  // the temp dir is inside the run dir
     CHECK(e.count("SGPU_RAY_METRICS") == 0);
     // The token is never on the command line.
     for (const auto& a : plan.argv) CHECK(a.find("feedface") == std::string::npos);
+  }
+  SUBCASE("the nodes are waited for as long as --join-timeout says; none: no limit") {
+    spec.rendezvous.join_timeout = "90s";
+    CHECK(make_plan(spec, in).ranks[0].env.at("SGPU_RAY_WAIT") == "90");
+    spec.rendezvous.join_timeout = "none";
+    CHECK(make_plan(spec, in).ranks[0].env.at("SGPU_RAY_WAIT") == "0");
   }
   SUBCASE("a long run dir: Ray's session in /tmp, linked from the run dir") {
     in.run_dir = "/a/long/path/to/the/runs/20261203-130855-abcdef";

@@ -26,6 +26,9 @@ struct RayNode {
   std::string temp_dir;                 // the head's --temp-dir
   bool dashboard = false;
   bool metrics = false;  // the head writes ray_metrics_path() once a second
+  // How long the head waits for every node to be alive, and a worker for
+  // the head (--join-timeout, as sgpu's own rendezvous); 0: no limit.
+  double wait_s = 600;
 };
 
 // --ray-metrics: <run_dir>/ray/metrics.jsonl, one JSON line per node and second.
