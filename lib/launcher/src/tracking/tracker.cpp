@@ -46,10 +46,14 @@ struct MlflowTracker::Impl {
   // the run was made; end() logs the world size then.
   bool world_size_logged = false;
 
-  // One phase (begin or end): its deadline, what is in flight, the first failure.
+  // One phase (begin or end): its deadline and its first failure. The
+  // params of begin may still be in flight when end starts: each call
+  // records its failure in the phase that sent it.
   Steady::time_point deadline;
-  int in_flight = 0;
-  std::string failure;
+  int in_flight = 0;  // the calls of both phases
+  std::string begin_failure;
+  std::string end_failure;
+  std::string* failure = &begin_failure;  // the current phase's
 
   Impl(boost::asio::io_context& i, MlflowConfig c)
       : io(i),
@@ -89,13 +93,13 @@ struct MlflowTracker::Impl {
   void call(Request request, std::function<void(const HttpResult&)> then) {
     ++in_flight;
     auto shared = std::make_shared<Request>(std::move(request));
-    client.send(*shared, deadline, [this, shared, then = std::move(then)](HttpResult result) {
+    client.send(*shared, deadline, [this, shared, slot = failure, then = std::move(then)](HttpResult result) {
       --in_flight;
       if (result.status >= 200 && result.status < 300) {
         if (then) then(result);
         return;
       }
-      if (failure.empty()) failure = explain(*shared, result);
+      if (slot->empty()) *slot = explain(*shared, result);
     });
   }
 
@@ -108,9 +112,10 @@ struct MlflowTracker::Impl {
     io.restart();  // run_one() may have stopped it for want of work: the Supervisor runs it next
   }
 
-  void start_phase() {
+  void start_phase(std::string& phase_failure) {
     deadline = Steady::now() + config.timeout;
-    failure.clear();
+    failure = &phase_failure;
+    failure->clear();
   }
 
   // --- begin: experiment, run, params ---
@@ -129,12 +134,12 @@ struct MlflowTracker::Impl {
         if (result.status == 404 || (error && error->code == "RESOURCE_DOES_NOT_EXIST")) {
           call(mlflow::create_experiment(server_url, config.experiment_name), [this, next](const HttpResult& created) {
             if (auto id = mlflow::parse_experiment_id(created.body)) return next(*id);
-            failure = "experiments/create: an answer without an experiment id";
+            *failure = "experiments/create: an answer without an experiment id";
           });
           return;
         }
-        failure = result.status == 200 ? "experiments/get-by-name: an answer without an experiment id"
-                                       : explain(lookup, result);
+        *failure = result.status == 200 ? "experiments/get-by-name: an answer without an experiment id"
+                                        : explain(lookup, result);
       });
       return;
     }
@@ -142,7 +147,7 @@ struct MlflowTracker::Impl {
     if (!config.parent_run_id.empty()) {  // a child run lives in its parent's experiment
       call(mlflow::get_run(server_url, config.parent_run_id), [this, next](const HttpResult& result) {
         if (auto info = mlflow::parse_run_info(result.body)) return next(info->experiment_id);
-        failure = "runs/get: an answer without the parent run (MLFLOW_RUN_ID)";
+        *failure = "runs/get: an answer without the parent run (MLFLOW_RUN_ID)";
       });
       return;
     }
@@ -158,7 +163,7 @@ struct MlflowTracker::Impl {
          [this, job, server_url](const HttpResult& r) {
            auto info = mlflow::parse_run_info(r.body);
            if (!info) {
-             failure = "runs/create: an answer without a run id";
+             *failure = "runs/create: an answer without a run id";
              return;
            }
            TrackedRun t;
@@ -183,14 +188,14 @@ MlflowTracker::~MlflowTracker() = default;
 
 std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
   auto& s = *impl_;
-  s.start_phase();
+  s.start_phase(s.begin_failure);
   s.world_size_logged = job.world_size > 0;
   s.with_experiment([&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
   // The ranks need only the run's id: its params go on beside the job, on
   // the same loop (end() waits for them, and says so if they failed).
   s.wait([&s] { return s.run.has_value(); });
   if (!s.run) {
-    s.warn(s.failure + "; the job runs untracked");
+    s.warn(s.begin_failure + "; the job runs untracked");
     s.client.cancel_all();
     return std::nullopt;
   }
@@ -201,9 +206,9 @@ std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
 void MlflowTracker::end(const RunEnd& end) {
   auto& s = *impl_;
   if (!s.run) return;
-  s.wait();  // the params, when the job ended before the server answered
-  if (!s.failure.empty()) s.warn(s.failure + " (the run's params may be missing)");
-  s.start_phase();
+  // The params may still be in flight (a short job): the end goes beside
+  // them, not after them; the server takes them in any order.
+  s.start_phase(s.end_failure);
   auto server_url = s.client.server();
   const auto& run_id = s.run->run_id;
   s.call(mlflow::update_run(server_url, run_id, mlflow::run_status(end.end), mlflow::epoch_ms(end.ended)), nullptr);
@@ -225,12 +230,13 @@ void MlflowTracker::end(const RunEnd& end) {
     s.call(std::move(*put), nullptr);
   }
   s.wait();
+  if (!s.begin_failure.empty()) s.warn(s.begin_failure + " (the run's params may be missing)");
   if (!proxied)
     s.warn(
         fmt::format("stores this run's artifacts at {}, not behind its artifact proxy (mlflow-artifacts:/); "
                     "sgpu uploads none (run the server with --serve-artifacts)",
                     s.artifact_uri));
-  if (!s.failure.empty()) s.warn(s.failure + fmt::format(" (run {})", s.run->url));
+  if (!s.end_failure.empty()) s.warn(s.end_failure + fmt::format(" (run {})", s.run->url));
 }
 
 }  // namespace sgpu::launcher
