@@ -1,12 +1,14 @@
 """Every launch is an MLflow run: a real `mlflow server` (sqlite store,
 artifact proxy, basic auth) on loopback, checked through MLflow's own Python
 client; servers that are down or hang; the [mlflow] keys and flags."""
+import http.server
 import json
 import os
 import pathlib
 import re
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -151,6 +153,65 @@ def test_timeout_and_ctrl_c_on_time_with_a_hung_server(sgpu):
     assert r.returncode == 124
     assert elapsed < 4, elapsed
 
+
+
+class _ClosingServer(http.server.ThreadingHTTPServer):
+    """Answers MLflow's calls with HTTP/1.1 keep-alive, then drops the second
+    request on every connection unanswered, as a server whose idle connection
+    closes just as the client sends on it."""
+    daemon_threads = True
+
+    def __init__(self):
+        self.calls = []
+        self.dropped = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def handle(self):
+                self.handle_one_request()
+                if self.rfile.readline():  # the next request: dropped unread
+                    server.dropped += 1
+
+            def answer(self):
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length)
+                server.calls.append((self.command, self.path.rsplit("/", 1)[-1], body))
+                out = b"{}"
+                if self.path.endswith("runs/create"):
+                    out = json.dumps({"run": {"info": {"run_id": "r1", "experiment_id": "0",
+                                                       "artifact_uri": "mlflow-artifacts:/0/r1/artifacts"}}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_POST = do_PUT = answer
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def test_a_kept_connection_the_server_closed_is_tried_again_on_a_new_one(sgpu):
+    with _ClosingServer() as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            r = sgpu.run("launch", "--nproc", 2, "--mlflow", f"http://127.0.0.1:{server.server_address[1]}",
+                         "--no-python", "/bin/sh", "-c", "sleep 0.2")
+        finally:
+            server.shutdown()
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr
+    assert server.dropped > 0  # the client did send on kept connections
+    calls = sorted((method, name) for method, name, _ in server.calls)
+    assert calls == sorted([("POST", "create"), ("POST", "log-batch"), ("POST", "log-batch"), ("POST", "update"),
+                            ("PUT", "summary.json"), ("PUT", "spec.json"), ("PUT", "events.jsonl")]), calls
+    batches = [json.loads(body) for _, name, body in server.calls if name == "log-batch"]
+    assert sorted(bool(b["params"]) for b in batches) == [False, True]  # the params once, the metrics once
 
 # --- when tracking is on, and the [mlflow] keys ---
 
