@@ -140,6 +140,7 @@ struct Call : std::enable_shared_from_this<Call> {
   asio::steady_timer retry_timer;
   tcp::resolver resolver;
   std::unique_ptr<Connection> conn;
+  std::unique_ptr<Connection> stale_conn;  // closed, kept until this call ends: its handler may still be running
   beast::flat_buffer buffer;
   http::request<http::string_body> message;
   std::optional<http::response_parser<http::string_body>> parser;
@@ -261,6 +262,7 @@ struct Call : std::enable_shared_from_this<Call> {
   bool stale() {
     if (!reused || parser->got_some()) return false;
     conn->close();
+    stale_conn = std::move(conn);
     buffer.clear();
     parser.emplace();
     parser->body_limit(kBodyLimit);
