@@ -116,7 +116,11 @@ int launch(LaunchRequest request) {
   ObserverFactory observe = [&](boost::asio::io_context& loop, const LaunchPlan& plan) -> JobObserver& {
     check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
     outputs = std::make_unique<JobOutputs>(loop, ctx.spec, plan, ctx.inherited);
-    if (tracked) outputs->set_tracking({tracked->run_id, tracked->url});
+    if (tracked) {
+      outputs->set_tracking({tracked->run_id, tracked->url});
+      // spec.json is final now: it goes beside the job, not at its end.
+      tracker->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
+    }
     job_plan = plan;
     return outputs->observer();
   };

@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include <fmt/format.h>
 #include <boost/beast/http/status.hpp>
@@ -45,6 +46,8 @@ struct MlflowTracker::Impl {
   // Multi-node: the ranks per node are known once the nodes have joined, after
   // the run was made; end() logs the world size then.
   bool world_size_logged = false;
+  std::set<std::string> uploaded;  // artifacts sent before the end (upload_now), not failed
+  bool ending = false;             // end() has begun
 
   // One phase (begin or end): its deadline and its first failure. The
   // params of begin may still be in flight when end starts: each call
@@ -89,18 +92,21 @@ struct MlflowTracker::Impl {
   }
 
   // Sends `request`; `then` gets a 2xx answer. Any other ending records the
-  // phase's first failure.
-  void call(Request request, std::function<void(const HttpResult&)> then) {
+  // phase's first failure, unless `handled` takes it.
+  void call(Request request, std::function<void(const HttpResult&)> then, std::function<bool()> handled = nullptr) {
     ++in_flight;
     auto shared = std::make_shared<Request>(std::move(request));
-    client.send(*shared, deadline, [this, shared, slot = failure, then = std::move(then)](HttpResult result) {
-      --in_flight;
-      if (result.status >= 200 && result.status < 300) {
-        if (then) then(result);
-        return;
-      }
-      if (slot->empty()) *slot = explain(*shared, result);
-    });
+    client.send(
+        *shared, deadline,
+        [this, shared, slot = failure, then = std::move(then), handled = std::move(handled)](HttpResult result) {
+          --in_flight;
+          if (result.status >= 200 && result.status < 300) {
+            if (then) then(result);
+            return;
+          }
+          if (handled && handled()) return;
+          if (slot->empty()) *slot = explain(*shared, result);
+        });
   }
 
   // Runs the loop until the phase's calls have ended (each ends by the
@@ -116,6 +122,19 @@ struct MlflowTracker::Impl {
     deadline = Steady::now() + config.timeout;
     failure = &phase_failure;
     failure->clear();
+  }
+
+  // Sends the file `path` as the run's artifact `name`; empty and missing
+  // files are skipped. False when the run's artifacts do not go through the
+  // server's proxy: nothing can be uploaded.
+  bool upload(const std::string& path, const std::string& name, std::function<bool()> handled = nullptr) {
+    auto bytes = read_whole(path);
+    if (!bytes || bytes->empty()) return true;  // an empty log says nothing: one request less
+    auto put =
+        mlflow::upload_artifact(client.server(), artifact_uri, name, mlflow::masked_artifact(name, std::move(*bytes)));
+    if (!put) return false;
+    call(std::move(*put), nullptr, std::move(handled));
+    return true;
   }
 
   // --- begin: experiment, run, params ---
@@ -191,6 +210,9 @@ std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
   s.start_phase(s.begin_failure);
   s.world_size_logged = job.world_size > 0;
   s.with_experiment([&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
+  // A second connection, up by the time the run is: the params and
+  // spec.json then both leave before the ranks start.
+  s.client.open_spare(s.deadline);
   // The ranks need only the run's id: its params go on beside the job, on
   // the same loop (end() waits for them, and says so if they failed).
   s.wait([&s] { return s.run.has_value(); });
@@ -203,12 +225,21 @@ std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
   return s.run;
 }
 
+void MlflowTracker::upload_now(const std::string& path, const std::string& name) {
+  auto& s = *impl_;
+  if (!s.run || s.ending) return;
+  // Failed before the end: the end sends it again, and only that try counts.
+  auto again = [&s, name] { return !s.ending && s.uploaded.erase(name) > 0; };
+  if (s.upload(path, name, again)) s.uploaded.insert(name);
+}
+
 void MlflowTracker::end(const RunEnd& end) {
   auto& s = *impl_;
   if (!s.run) return;
   // The params may still be in flight (a short job): the end goes beside
   // them, not after them; the server takes them in any order.
   s.start_phase(s.end_failure);
+  s.ending = true;
   auto server_url = s.client.server();
   const auto& run_id = s.run->run_id;
   s.call(mlflow::update_run(server_url, run_id, mlflow::run_status(end.end), mlflow::epoch_ms(end.ended)), nullptr);
@@ -219,18 +250,15 @@ void MlflowTracker::end(const RunEnd& end) {
     s.call(std::move(batch), nullptr);
   bool proxied = true;
   for (const auto& [path, name] : end.artifacts) {
-    auto bytes = read_whole(path);
-    if (!bytes || bytes->empty()) continue;  // an empty log says nothing: one request less
-    auto put =
-        mlflow::upload_artifact(server_url, s.artifact_uri, name, mlflow::masked_artifact(name, std::move(*bytes)));
-    if (!put) {
+    if (s.uploaded.contains(name)) continue;
+    if (!s.upload(path, name)) {
       proxied = false;
       break;
     }
-    s.call(std::move(*put), nullptr);
   }
   s.wait();
-  if (!s.begin_failure.empty()) s.warn(s.begin_failure + " (the run's params may be missing)");
+  if (!s.begin_failure.empty())
+    s.warn(s.begin_failure + " (sent beside the job: the run's params or spec.json may be missing)");
   if (!proxied)
     s.warn(
         fmt::format("stores this run's artifacts at {}, not behind its artifact proxy (mlflow-artifacts:/); "

@@ -102,6 +102,11 @@ class MlflowTracker {
   // Prints the run's link on stderr, or a warning and returns nullopt.
   std::optional<TrackedRun> begin(const RunDescription& job);
 
+  // Uploads, beside the job, a file that is final before the ranks start
+  // (spec.json): end() waits for it and does not send it again. Does nothing
+  // when begin() did not create a run.
+  void upload_now(const std::string& path, const std::string& name);
+
   // Logs sgpu's metrics, uploads the artifacts and sets the status with the
   // end time, all at once; runs `io` until done, at most config.timeout.
   // Does nothing when begin() did not create a run.
