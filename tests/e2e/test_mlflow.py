@@ -212,8 +212,9 @@ class _StubServer(http.server.ThreadingHTTPServer):
             self.shutdown()
 
 
-ONE_RUN = sorted([("POST", "create"), ("POST", "log-batch"), ("POST", "log-batch"), ("POST", "update"),
-                  ("PUT", "summary.json"), ("PUT", "spec.json"), ("PUT", "events.jsonl")])
+# A job shorter than a second: its params go with its metrics, in one log-batch.
+SHORT_RUN = sorted([("POST", "create"), ("POST", "log-batch"), ("POST", "update"), ("PUT", "summary.json"),
+                    ("PUT", "spec.json"), ("PUT", "events.jsonl")])
 
 
 def test_a_kept_connection_the_server_closed_is_tried_again_on_a_new_one(sgpu):
@@ -222,9 +223,19 @@ def test_a_kept_connection_the_server_closed_is_tried_again_on_a_new_one(sgpu):
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr, r.stderr
     assert server.dropped > 0  # the client did send on kept connections
-    assert sorted((method, name) for method, name, _ in server.calls) == ONE_RUN, server.calls
+    assert sorted((method, name) for method, name, _ in server.calls) == SHORT_RUN, server.calls
+    [batch] = [json.loads(body) for _, name, body in server.calls if name == "log-batch"]
+    assert batch["params"] and batch["metrics"]
+
+
+def test_the_params_of_a_job_longer_than_a_second_go_out_while_it_runs(sgpu):
+    with _StubServer() as server:
+        r = server.launch(sgpu, "/bin/sh", "-c", "sleep 1.5")
+    assert r.returncode == 0, r.stderr
+    names = [name for _, name, _ in server.calls]
+    assert names[:3] == ["create", "spec.json", "log-batch"], names  # the params, before the job's end
     batches = [json.loads(body) for _, name, body in server.calls if name == "log-batch"]
-    assert sorted(bool(b["params"]) for b in batches) == [False, True]  # the params once, the metrics once
+    assert [(bool(b["params"]), bool(b["metrics"])) for b in batches] == [(True, False), (False, True)]
 
 
 def test_spec_json_that_failed_beside_the_job_goes_again_at_the_end(sgpu):

@@ -136,7 +136,6 @@ struct Call : std::enable_shared_from_this<Call> {
   int attempt = 0;
   bool finished = false;
   bool reused = false;  // this try's connection carried an earlier call
-  bool spare = false;   // only opens a connection for the pool (open_spare)
   asio::steady_timer deadline_timer;
   asio::steady_timer retry_timer;
   tcp::resolver resolver;
@@ -162,7 +161,6 @@ struct Call : std::enable_shared_from_this<Call> {
       if (ec) return;
       self->finish({0, "", fmt::format("no answer within {}", seconds_text(self->deadline - self->started)), true});
     });
-    if (spare) return connect();
     build_message();
     try_once();
   }
@@ -234,10 +232,6 @@ struct Call : std::enable_shared_from_this<Call> {
   }
 
   void send() {
-    if (spare) {  // up: it waits in the pool for the next call
-      client->keep(std::move(conn));
-      return finish({}, false);
-    }
     if (conn->secure)
       write(*conn->secure);
     else
@@ -288,7 +282,6 @@ struct Call : std::enable_shared_from_this<Call> {
   }
 
   void fail(error_code ec, const std::string& what) {
-    if (spare) return finish({}, false);
     if (ec == asio::error::connection_refused && retry()) return;
     finish({0, "", fmt::format("{}: {}", what, ec.message()), false});
   }
@@ -325,14 +318,6 @@ HttpClient::~HttpClient() {
 
 void HttpClient::send(Request request, Deadline deadline, Done done) {
   auto call = std::make_shared<Call>(state_, std::move(request), deadline, std::move(done));
-  std::erase_if(state_->calls, [](const auto& weak) { return weak.expired(); });
-  state_->calls.push_back(call);
-  call->start();
-}
-
-void HttpClient::open_spare(Deadline deadline) {
-  auto call = std::make_shared<Call>(state_, Request{}, deadline, nullptr);
-  call->spare = true;
   std::erase_if(state_->calls, [](const auto& weak) { return weak.expired(); });
   state_->calls.push_back(call);
   call->start();

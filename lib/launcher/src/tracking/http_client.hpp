@@ -45,12 +45,6 @@ class HttpClient {
   // a new one. Calls `done` once, on the loop, by `deadline`.
   void send(Request request, Deadline deadline, Done done);
 
-  // Opens one more connection to wait beside the kept ones, so that a later
-  // call is written at once too (the first call's connection carries one,
-  // this the next). Reports nothing: a connection that fails or is not up
-  // by `deadline` is dropped, and a later call opens its own.
-  void open_spare(Deadline deadline);
-
   // Ends every call in flight now: their `done` get an error ("cancelled").
   void cancel_all();
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/status.hpp>
 
 #include "sgpu/launcher/tracking/mlflow.hpp"
@@ -20,6 +21,9 @@ using mlflow::HttpResult;
 using mlflow::Request;
 
 constexpr std::uintmax_t kArtifactLimit = 64 << 20;
+// The params go out once the ranks have run this long; a job that ends
+// sooner logs them with its metrics, in one call less.
+constexpr auto kParamsAfter = std::chrono::seconds(1);
 
 std::string status_text(int status) {
   auto reason = boost::beast::http::obsolete_reason(boost::beast::http::int_to_status(static_cast<unsigned>(status)));
@@ -46,8 +50,10 @@ struct MlflowTracker::Impl {
   // Multi-node: the ranks per node are known once the nodes have joined, after
   // the run was made; end() logs the world size then.
   bool world_size_logged = false;
-  std::set<std::string> uploaded;  // artifacts sent before the end (upload_now), not failed
-  bool ending = false;             // end() has begun
+  std::set<std::string> uploaded;    // artifacts sent before the end (upload_now), not failed
+  mlflow::KeyValues pending_params;  // not sent yet (kParamsAfter)
+  boost::asio::steady_timer params_timer;
+  bool ending = false;  // end() has begun
 
   // One phase (begin or end): its deadline and its first failure. The
   // params of begin may still be in flight when end starts: each call
@@ -63,7 +69,8 @@ struct MlflowTracker::Impl {
         config(std::move(c)),
         client(i, *mlflow::parse_server_url(config.uri),
                mlflow::authorization(config.token, config.username, config.password),
-               {config.insecure_tls, config.ca_file}) {}
+               {config.insecure_tls, config.ca_file}),
+        params_timer(i) {}
 
   std::string server() const { return client.server().display(); }
 
@@ -194,9 +201,16 @@ struct MlflowTracker::Impl {
                     {"MLFLOW_EXPERIMENT_ID", info->experiment_id}};
            artifact_uri = info->artifact_uri;
            run = std::move(t);
-           for (auto& batch : mlflow::log_batches(server_url, info->run_id, {}, mlflow::run_params(job), {}))
-             call(std::move(batch), nullptr);
+           pending_params = mlflow::run_params(job);
          });
+  }
+
+  void send_params() {
+    if (pending_params.empty()) return;
+    deadline = Steady::now() + config.timeout;  // from now: the run was made a while ago
+    for (auto& batch : mlflow::log_batches(client.server(), run->run_id, {}, pending_params, {}))
+      call(std::move(batch), nullptr);
+    pending_params.clear();
   }
 };
 
@@ -210,17 +224,19 @@ std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
   s.start_phase(s.begin_failure);
   s.world_size_logged = job.world_size > 0;
   s.with_experiment([&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
-  // A second connection, up by the time the run is: the params and
-  // spec.json then both leave before the ranks start.
-  s.client.open_spare(s.deadline);
   // The ranks need only the run's id: its params go on beside the job, on
-  // the same loop (end() waits for them, and says so if they failed).
+  // the same loop, once it has run kParamsAfter (end() waits for them, and
+  // says so if they failed), or with the end's metrics.
   s.wait([&s] { return s.run.has_value(); });
   if (!s.run) {
     s.warn(s.begin_failure + "; the job runs untracked");
     s.client.cancel_all();
     return std::nullopt;
   }
+  s.params_timer.expires_after(kParamsAfter);
+  s.params_timer.async_wait([&s](boost::system::error_code ec) {
+    if (!ec) s.send_params();
+  });
   fmt::print(stderr, "sgpu: mlflow run {}\n", s.run->url);
   return s.run;
 }
@@ -233,6 +249,8 @@ void MlflowTracker::upload_now(const std::string& path, const std::string& name)
   if (s.upload(path, name, again)) s.uploaded.insert(name);
 }
 
+void MlflowTracker::ranks_ended() { impl_->params_timer.cancel(); }
+
 void MlflowTracker::end(const RunEnd& end) {
   auto& s = *impl_;
   if (!s.run) return;
@@ -240,10 +258,12 @@ void MlflowTracker::end(const RunEnd& end) {
   // them, not after them; the server takes them in any order.
   s.start_phase(s.end_failure);
   s.ending = true;
+  s.params_timer.cancel();
   auto server_url = s.client.server();
   const auto& run_id = s.run->run_id;
   s.call(mlflow::update_run(server_url, run_id, mlflow::run_status(end.end), mlflow::epoch_ms(end.ended)), nullptr);
-  mlflow::KeyValues late_params;
+  auto late_params = std::move(s.pending_params);  // a short job: one call for params and metrics
+  s.pending_params.clear();
   if (!s.world_size_logged && !end.ranks.empty())
     late_params.emplace_back("sgpu.world_size", std::to_string(end.ranks.size()));
   for (auto& batch : mlflow::log_batches(server_url, run_id, mlflow::end_metrics(end), late_params, {}))
