@@ -1,12 +1,14 @@
 """Every launch is an MLflow run: a real `mlflow server` (sqlite store,
 artifact proxy, basic auth) on loopback, checked through MLflow's own Python
 client; servers that are down or hang; the [mlflow] keys and flags."""
+import http.server
 import json
 import os
 import pathlib
 import re
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -151,6 +153,99 @@ def test_timeout_and_ctrl_c_on_time_with_a_hung_server(sgpu):
     assert r.returncode == 124
     assert elapsed < 4, elapsed
 
+
+
+class _StubServer(http.server.ThreadingHTTPServer):
+    """Answers MLflow's calls with HTTP/1.1 keep-alive. drop_second: the
+    second request on every connection is dropped unanswered, as by a server
+    whose idle connection closes just as the client sends on it. fail_once:
+    the first PUT of that artifact is answered 500."""
+    daemon_threads = True
+
+    def __init__(self, drop_second=False, fail_once=None):
+        self.calls = []
+        self.dropped = 0
+        self.failed = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def handle(self):
+                if not drop_second:
+                    return super().handle()
+                self.handle_one_request()
+                if self.rfile.readline():  # the next request: dropped unread
+                    server.dropped += 1
+
+            def answer(self):
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length)
+                name = self.path.rsplit("/", 1)[-1]
+                server.calls.append((self.command, name, body))
+                status, out = 200, b"{}"
+                if self.path.endswith("runs/create"):
+                    out = json.dumps({"run": {"info": {"run_id": "r1", "experiment_id": "0",
+                                                       "artifact_uri": "mlflow-artifacts:/0/r1/artifacts"}}}).encode()
+                elif self.command == "PUT" and name == fail_once and name not in server.failed:
+                    server.failed.append(name)
+                    status, out = 500, b'{"error_code": "INTERNAL_ERROR", "message": "disk full"}'
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_POST = do_PUT = answer
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    def launch(self, sgpu, *command):
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        try:
+            return sgpu.run("launch", "--nproc", 2, "--mlflow", f"http://127.0.0.1:{self.server_address[1]}",
+                            "--no-python", *command)
+        finally:
+            self.shutdown()
+
+
+# A job shorter than a second: its params go with its metrics, in one log-batch.
+SHORT_RUN = sorted([("POST", "create"), ("POST", "log-batch"), ("POST", "update"), ("PUT", "summary.json"),
+                    ("PUT", "spec.json"), ("PUT", "events.jsonl")])
+
+
+def test_a_kept_connection_the_server_closed_is_tried_again_on_a_new_one(sgpu):
+    with _StubServer(drop_second=True) as server:
+        r = server.launch(sgpu, "/bin/sh", "-c", "sleep 0.2")
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr
+    assert server.dropped > 0  # the client did send on kept connections
+    assert sorted((method, name) for method, name, _ in server.calls) == SHORT_RUN, server.calls
+    [batch] = [json.loads(body) for _, name, body in server.calls if name == "log-batch"]
+    assert batch["params"] and batch["metrics"]
+
+
+def test_the_params_of_a_job_longer_than_a_second_go_out_while_it_runs(sgpu):
+    with _StubServer() as server:
+        r = server.launch(sgpu, "/bin/sh", "-c", "sleep 1.5")
+    assert r.returncode == 0, r.stderr
+    names = [name for _, name, _ in server.calls]
+    assert names[:3] == ["create", "spec.json", "log-batch"], names  # the params, before the job's end
+    batches = [json.loads(body) for _, name, body in server.calls if name == "log-batch"]
+    assert [(bool(b["params"]), bool(b["metrics"])) for b in batches] == [(True, False), (False, True)]
+
+
+def test_spec_json_that_failed_beside_the_job_goes_again_at_the_end(sgpu):
+    with _StubServer(fail_once="spec.json") as server:
+        r = server.launch(sgpu, "/bin/sh", "-c", "sleep 0.3")
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr
+    puts = [name for method, name, _ in server.calls if method == "PUT"]
+    assert puts[0] == "spec.json" and puts.count("spec.json") == 2, puts  # first beside the job, then at the end
+    assert server.failed == ["spec.json"]
 
 # --- when tracking is on, and the [mlflow] keys ---
 

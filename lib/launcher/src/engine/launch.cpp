@@ -23,6 +23,43 @@
 namespace sgpu::launcher {
 namespace {
 
+// The job's observer, passed every event, which also tells `ended` once
+// every rank of an attempt has exited or the job tears down (MLflow: the
+// params not sent yet then wait for the end, not holding the loop).
+class RanksEnded final : public JobObserver {
+ public:
+  RanksEnded(JobObserver& inner, std::size_t ranks, std::function<void()> ended)
+      : inner_(inner), ranks_(ranks), ended_(std::move(ended)) {}
+  void on_nodes_placed(const std::vector<NodePlacement>& nodes) override { inner_.on_nodes_placed(nodes); }
+  void on_rank_started(int rank, int pid) override { inner_.on_rank_started(rank, pid); }
+  void on_rank_output(int rank, Stream stream, std::string_view bytes) override {
+    inner_.on_rank_output(rank, stream, bytes);
+  }
+  void on_rank_output_closed(int rank, Stream stream) override { inner_.on_rank_output_closed(rank, stream); }
+  void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override {
+    inner_.on_rank_exited(rank, status, terminated_by_sgpu);
+    if (++exited_ >= ranks_) ended_();
+  }
+  void on_teardown(const env::JobEnd& cause) override {
+    inner_.on_teardown(cause);
+    ended_();
+  }
+  void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
+    inner_.on_restart(attempt, cause, backoff);
+  }
+  void on_attempt_started(int attempt) override {
+    exited_ = 0;
+    inner_.on_attempt_started(attempt);
+  }
+  std::shared_ptr<OutputFlow> output_flow() override { return inner_.output_flow(); }
+
+ private:
+  JobObserver& inner_;
+  std::size_t ranks_;
+  std::size_t exited_ = 0;
+  std::function<void()> ended_;
+};
+
 // A run that could not start still answers as any run does: summary.json
 // where a run directory was made, and the summary on stdout with -o json.
 void report_not_started(const LaunchContext& ctx, const Error& error) {
@@ -101,13 +138,18 @@ int launch(LaunchRequest request) {
   }
   // The console, logs and report are made once the ranks are placed.
   std::unique_ptr<JobOutputs> outputs;
+  std::optional<RanksEnded> ranks_ended;  // the observer when tracked
   std::optional<LaunchPlan> job_plan;
   ObserverFactory observe = [&](boost::asio::io_context& loop, const LaunchPlan& plan) -> JobObserver& {
     check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
     outputs = std::make_unique<JobOutputs>(loop, ctx.spec, plan, ctx.inherited);
-    if (tracked) outputs->set_tracking({tracked->run_id, tracked->url});
     job_plan = plan;
-    return outputs->observer();
+    if (!tracked) return outputs->observer();
+    outputs->set_tracking({tracked->run_id, tracked->url});
+    // spec.json is final now: it goes beside the job, not at its end.
+    tracker->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
+    ranks_ended.emplace(outputs->observer(), plan.ranks.size(), [&] { tracker->ranks_ended(); });
+    return *ranks_ended;
   };
   BackendRun result;
   try {

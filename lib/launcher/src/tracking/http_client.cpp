@@ -1,10 +1,14 @@
 #include "tracking/http_client.hpp"
 
+#include <cerrno>
 #include <optional>
 #include <vector>
 
+#include <sys/socket.h>
+
 #include <fmt/format.h>
 #include <openssl/ssl.h>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -24,6 +28,11 @@ using boost::system::error_code;
 
 constexpr int kTries = 3;
 constexpr std::uint64_t kBodyLimit = 8 << 20;
+// A connection the server left open is used again while it has been idle
+// less than this (uvicorn closes them after 5 s, gunicorn sends "close"), and
+// at most this many wait.
+constexpr auto kIdleReuse = std::chrono::seconds(2);
+constexpr std::size_t kIdleMax = 4;
 
 std::chrono::milliseconds backoff(int attempt) { return std::chrono::milliseconds(attempt == 1 ? 50 : 200); }
 
@@ -38,16 +47,66 @@ std::string seconds_text(std::chrono::steady_clock::duration d) {
 
 struct Call;
 
+// One connection to the server: plain or TLS, fresh or kept from an earlier call.
+struct Connection {
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
+  std::chrono::steady_clock::time_point idle_since;
+
+  beast::tcp_stream& tcp() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
+
+  // Still open, with nothing unread: the server has neither closed it nor
+  // sent anything (a TLS close_notify) since the last answer.
+  bool reusable() {
+    if (std::chrono::steady_clock::now() - idle_since >= kIdleReuse) return false;
+    char byte = 0;
+    auto n = ::recv(tcp().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+
+  void close() {
+    error_code ignored;
+    tcp().socket().close(ignored);
+  }
+};
+
 struct HttpClient::State {
   asio::io_context& io;
   ServerUrl server;
   std::string authorization;
   std::optional<ssl::context> tls;
-  std::string tls_error;  // the CA bundle could not be read
+  std::string tls_error;                     // the CA bundle could not be read
+  std::optional<asio::ip::address> address;  // the host is an IP address: nothing to resolve
   std::vector<std::weak_ptr<Call>> calls;
+  std::vector<std::unique_ptr<Connection>> idle;  // open, answered, waiting for the next call
+
+  // An idle connection still fit to carry a request, or null.
+  std::unique_ptr<Connection> take_idle() {
+    while (!idle.empty()) {
+      auto conn = std::move(idle.back());
+      idle.pop_back();
+      if (conn->reusable()) return conn;
+      conn->close();
+    }
+    return nullptr;
+  }
+
+  void keep(std::unique_ptr<Connection> conn) {
+    if (idle.size() >= kIdleMax) return conn->close();
+    conn->idle_since = std::chrono::steady_clock::now();
+    idle.push_back(std::move(conn));
+  }
+
+  void close_idle() {
+    for (auto& conn : idle) conn->close();
+    idle.clear();
+  }
 
   State(asio::io_context& i, ServerUrl s, std::string auth, const TlsOptions& options)
       : io(i), server(std::move(s)), authorization(std::move(auth)) {
+    error_code not_an_address;
+    auto parsed = asio::ip::make_address(server.host, not_an_address);
+    if (!not_an_address) address = parsed;
     if (!server.tls) return;
     tls.emplace(ssl::context::tls_client);
     error_code ec;
@@ -65,8 +124,9 @@ struct HttpClient::State {
   }
 };
 
-// One request: resolve, connect, (TLS handshake), write, read; tried again
-// on a refused connection or a busy server; ended by its deadline.
+// One request: (resolve, connect, TLS handshake, or an idle connection of an
+// earlier call), write, read; tried again on a refused connection or a busy
+// server; ended by its deadline.
 struct Call : std::enable_shared_from_this<Call> {
   std::shared_ptr<HttpClient::State> client;
   Request request;
@@ -75,11 +135,12 @@ struct Call : std::enable_shared_from_this<Call> {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   int attempt = 0;
   bool finished = false;
+  bool reused = false;  // this try's connection carried an earlier call
   asio::steady_timer deadline_timer;
   asio::steady_timer retry_timer;
   tcp::resolver resolver;
-  std::optional<beast::tcp_stream> plain;
-  std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
+  std::unique_ptr<Connection> conn;
+  std::unique_ptr<Connection> stale_conn;  // closed, kept until this call ends: its handler may still be running
   beast::flat_buffer buffer;
   http::request<http::string_body> message;
   std::optional<http::response_parser<http::string_body>> parser;
@@ -92,8 +153,6 @@ struct Call : std::enable_shared_from_this<Call> {
         deadline_timer(client->io),
         retry_timer(client->io),
         resolver(client->io) {}
-
-  beast::tcp_stream& socket() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
 
   void start() {
     if (!client->tls_error.empty()) return finish({0, "", client->tls_error, false});
@@ -118,30 +177,45 @@ struct Call : std::enable_shared_from_this<Call> {
     message.set(http::field::accept, "application/json");
     if (!client->authorization.empty()) message.set(http::field::authorization, client->authorization);
     if (!request.content_type.empty()) message.set(http::field::content_type, request.content_type);
-    message.keep_alive(false);
+    message.keep_alive(true);
     message.body() = request.body;
     message.prepare_payload();
   }
 
   void try_once() {
     ++attempt;
-    plain.reset();
-    secure.reset();
-    if (client->tls) {
-      secure.emplace(client->io, *client->tls);
-      // SNI: servers behind a shared address pick their certificate by name.
-      SSL_set_tlsext_host_name(secure->native_handle(), client->server.host.c_str());
-    } else {
-      plain.emplace(client->io);
-    }
     buffer.clear();
     parser.emplace();
     parser->body_limit(kBodyLimit);
+    // An idle connection is written at once: the request leaves now, even
+    // when the loop is not run again for a while (the ranks being started).
+    if (auto idle = client->take_idle()) {
+      conn = std::move(idle);
+      reused = true;
+      return send();
+    }
+    connect();
+  }
+
+  void connect() {
+    reused = false;
+    conn = std::make_unique<Connection>();
+    if (client->tls) {
+      conn->secure.emplace(client->io, *client->tls);
+      // SNI: servers behind a shared address pick their certificate by name.
+      SSL_set_tlsext_host_name(conn->secure->native_handle(), client->server.host.c_str());
+    } else {
+      conn->plain.emplace(client->io);
+    }
+    if (client->address) {  // an IP address: no resolver thread to wait for
+      return conn->tcp().async_connect(tcp::endpoint(*client->address, client->server.port),
+                                       [self = shared_from_this()](error_code ec) { self->on_connect(ec); });
+    }
     resolver.async_resolve(client->server.host, std::to_string(client->server.port),
                            [self = shared_from_this()](error_code ec, const tcp::resolver::results_type& results) {
                              if (self->finished) return;
                              if (ec) return self->fail(ec, "cannot resolve " + self->client->server.host);
-                             self->socket().async_connect(
+                             self->conn->tcp().async_connect(
                                  results, [self](error_code ec2, const tcp::endpoint&) { self->on_connect(ec2); });
                            });
   }
@@ -149,28 +223,51 @@ struct Call : std::enable_shared_from_this<Call> {
   void on_connect(error_code ec) {
     if (finished) return;
     if (ec) return fail(ec, "cannot connect");
-    if (!secure) return write(*plain);
-    secure->async_handshake(ssl::stream_base::client, [self = shared_from_this()](error_code ec2) {
+    if (!conn->secure) return send();
+    conn->secure->async_handshake(ssl::stream_base::client, [self = shared_from_this()](error_code ec2) {
       if (self->finished) return;
       if (ec2) return self->fail(ec2, "TLS handshake failed");
-      self->write(*self->secure);
+      self->send();
     });
+  }
+
+  void send() {
+    if (conn->secure)
+      write(*conn->secure);
+    else
+      write(*conn->plain);
   }
 
   template <class Stream>
   void write(Stream& stream) {
     http::async_write(stream, message, [self = shared_from_this(), &stream](error_code ec, std::size_t) {
       if (self->finished) return;
-      if (ec) return self->fail(ec, "cannot send the request");
+      if (ec) return self->stale() ? void() : self->fail(ec, "cannot send the request");
       http::async_read(stream, self->buffer, *self->parser, [self](error_code ec2, std::size_t) {
         if (self->finished) return;
-        if (ec2) return self->fail(ec2, "no valid answer");
+        if (ec2) return self->stale() ? void() : self->fail(ec2, "no valid answer");
+        bool keep_open = self->parser->keep_alive();
         auto response = self->parser->release();
         int status = static_cast<int>(response.result_int());
         if (retriable(status) && self->retry()) return;
+        if (keep_open) self->client->keep(std::move(self->conn));
         self->finish({status, std::move(response.body()), "", false});
       });
     });
+  }
+
+  // A kept connection the server closed before it read the request (it had
+  // not answered a byte): the request goes again at once on a new
+  // connection, not counted as a try. True when it did.
+  bool stale() {
+    if (!reused || parser->got_some()) return false;
+    conn->close();
+    stale_conn = std::move(conn);
+    buffer.clear();
+    parser.emplace();
+    parser->body_limit(kBodyLimit);
+    connect();
+    return true;
   }
 
   // True when another try was scheduled.
@@ -190,9 +287,8 @@ struct Call : std::enable_shared_from_this<Call> {
   }
 
   void close() {
-    error_code ignored;
     resolver.cancel();
-    socket().socket().close(ignored);
+    if (conn) conn->close();
   }
 
   // `notify` false: the owner is gone, nobody is waiting for the answer.
@@ -202,7 +298,7 @@ struct Call : std::enable_shared_from_this<Call> {
     if (!notify) done = nullptr;
     deadline_timer.cancel();
     retry_timer.cancel();
-    if (plain || secure) close();
+    close();  // a connection kept for the next call is no longer this call's
     // The handlers of the closed socket run later and see `finished`.
     asio::post(client->io, [self = shared_from_this(), result = std::move(result)]() mutable {
       auto f = std::move(self->done);
@@ -217,6 +313,7 @@ HttpClient::HttpClient(asio::io_context& io, ServerUrl server, std::string autho
 HttpClient::~HttpClient() {
   for (auto& weak : state_->calls)
     if (auto call = weak.lock()) call->finish({0, "", "cancelled", false}, false);
+  state_->close_idle();
 }
 
 void HttpClient::send(Request request, Deadline deadline, Done done) {
@@ -230,6 +327,7 @@ void HttpClient::cancel_all() {
   for (auto& weak : state_->calls)
     if (auto call = weak.lock()) call->finish({0, "", "cancelled", false});
   state_->calls.clear();
+  state_->close_idle();
 }
 
 const ServerUrl& HttpClient::server() const { return state_->server; }

@@ -37,9 +37,12 @@ class HttpClient {
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
 
-  // Sends `request` on its own connection; a refused connection or a 429,
+  // Sends `request` on a connection an earlier call left open (idle under
+  // 2 s; written at once, before this returns), else on a new one; calls in
+  // flight together each have their own. A refused connection or a 429,
   // 502, 503, 504 answer is tried again (3 tries, 50 ms then 200 ms apart)
-  // while time is left. Calls `done` once, on the loop, by `deadline`.
+  // while time is left; a kept connection the server had closed, at once on
+  // a new one. Calls `done` once, on the loop, by `deadline`.
   void send(Request request, Deadline deadline, Done done);
 
   // Ends every call in flight now: their `done` get an error ("cancelled").

@@ -2,8 +2,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include <fmt/format.h>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/status.hpp>
 
 #include "sgpu/launcher/tracking/mlflow.hpp"
@@ -19,6 +21,9 @@ using mlflow::HttpResult;
 using mlflow::Request;
 
 constexpr std::uintmax_t kArtifactLimit = 64 << 20;
+// The params go out once the ranks have run this long; a job that ends
+// sooner logs them with its metrics, in one call less.
+constexpr auto kParamsAfter = std::chrono::seconds(1);
 
 std::string status_text(int status) {
   auto reason = boost::beast::http::obsolete_reason(boost::beast::http::int_to_status(static_cast<unsigned>(status)));
@@ -45,18 +50,27 @@ struct MlflowTracker::Impl {
   // Multi-node: the ranks per node are known once the nodes have joined, after
   // the run was made; end() logs the world size then.
   bool world_size_logged = false;
+  std::set<std::string> uploaded;    // artifacts sent before the end (upload_now), not failed
+  mlflow::KeyValues pending_params;  // not sent yet (kParamsAfter)
+  boost::asio::steady_timer params_timer;
+  bool ending = false;  // end() has begun
 
-  // One phase (begin or end): its deadline, what is in flight, the first failure.
+  // One phase (begin or end): its deadline and its first failure. The
+  // params of begin may still be in flight when end starts: each call
+  // records its failure in the phase that sent it.
   Steady::time_point deadline;
-  int in_flight = 0;
-  std::string failure;
+  int in_flight = 0;  // the calls of both phases
+  std::string begin_failure;
+  std::string end_failure;
+  std::string* failure = &begin_failure;  // the current phase's
 
   Impl(boost::asio::io_context& i, MlflowConfig c)
       : io(i),
         config(std::move(c)),
         client(i, *mlflow::parse_server_url(config.uri),
                mlflow::authorization(config.token, config.username, config.password),
-               {config.insecure_tls, config.ca_file}) {}
+               {config.insecure_tls, config.ca_file}),
+        params_timer(i) {}
 
   std::string server() const { return client.server().display(); }
 
@@ -85,18 +99,21 @@ struct MlflowTracker::Impl {
   }
 
   // Sends `request`; `then` gets a 2xx answer. Any other ending records the
-  // phase's first failure.
-  void call(Request request, std::function<void(const HttpResult&)> then) {
+  // phase's first failure, unless `handled` takes it.
+  void call(Request request, std::function<void(const HttpResult&)> then, std::function<bool()> handled = nullptr) {
     ++in_flight;
     auto shared = std::make_shared<Request>(std::move(request));
-    client.send(*shared, deadline, [this, shared, then = std::move(then)](HttpResult result) {
-      --in_flight;
-      if (result.status >= 200 && result.status < 300) {
-        if (then) then(result);
-        return;
-      }
-      if (failure.empty()) failure = explain(*shared, result);
-    });
+    client.send(
+        *shared, deadline,
+        [this, shared, slot = failure, then = std::move(then), handled = std::move(handled)](HttpResult result) {
+          --in_flight;
+          if (result.status >= 200 && result.status < 300) {
+            if (then) then(result);
+            return;
+          }
+          if (handled && handled()) return;
+          if (slot->empty()) *slot = explain(*shared, result);
+        });
   }
 
   // Runs the loop until the phase's calls have ended (each ends by the
@@ -108,9 +125,23 @@ struct MlflowTracker::Impl {
     io.restart();  // run_one() may have stopped it for want of work: the Supervisor runs it next
   }
 
-  void start_phase() {
+  void start_phase(std::string& phase_failure) {
     deadline = Steady::now() + config.timeout;
-    failure.clear();
+    failure = &phase_failure;
+    failure->clear();
+  }
+
+  // Sends the file `path` as the run's artifact `name`; empty and missing
+  // files are skipped. False when the run's artifacts do not go through the
+  // server's proxy: nothing can be uploaded.
+  bool upload(const std::string& path, const std::string& name, std::function<bool()> handled = nullptr) {
+    auto bytes = read_whole(path);
+    if (!bytes || bytes->empty()) return true;  // an empty log says nothing: one request less
+    auto put =
+        mlflow::upload_artifact(client.server(), artifact_uri, name, mlflow::masked_artifact(name, std::move(*bytes)));
+    if (!put) return false;
+    call(std::move(*put), nullptr, std::move(handled));
+    return true;
   }
 
   // --- begin: experiment, run, params ---
@@ -129,12 +160,12 @@ struct MlflowTracker::Impl {
         if (result.status == 404 || (error && error->code == "RESOURCE_DOES_NOT_EXIST")) {
           call(mlflow::create_experiment(server_url, config.experiment_name), [this, next](const HttpResult& created) {
             if (auto id = mlflow::parse_experiment_id(created.body)) return next(*id);
-            failure = "experiments/create: an answer without an experiment id";
+            *failure = "experiments/create: an answer without an experiment id";
           });
           return;
         }
-        failure = result.status == 200 ? "experiments/get-by-name: an answer without an experiment id"
-                                       : explain(lookup, result);
+        *failure = result.status == 200 ? "experiments/get-by-name: an answer without an experiment id"
+                                        : explain(lookup, result);
       });
       return;
     }
@@ -142,7 +173,7 @@ struct MlflowTracker::Impl {
     if (!config.parent_run_id.empty()) {  // a child run lives in its parent's experiment
       call(mlflow::get_run(server_url, config.parent_run_id), [this, next](const HttpResult& result) {
         if (auto info = mlflow::parse_run_info(result.body)) return next(info->experiment_id);
-        failure = "runs/get: an answer without the parent run (MLFLOW_RUN_ID)";
+        *failure = "runs/get: an answer without the parent run (MLFLOW_RUN_ID)";
       });
       return;
     }
@@ -158,7 +189,7 @@ struct MlflowTracker::Impl {
          [this, job, server_url](const HttpResult& r) {
            auto info = mlflow::parse_run_info(r.body);
            if (!info) {
-             failure = "runs/create: an answer without a run id";
+             *failure = "runs/create: an answer without a run id";
              return;
            }
            TrackedRun t;
@@ -170,9 +201,16 @@ struct MlflowTracker::Impl {
                     {"MLFLOW_EXPERIMENT_ID", info->experiment_id}};
            artifact_uri = info->artifact_uri;
            run = std::move(t);
-           for (auto& batch : mlflow::log_batches(server_url, info->run_id, {}, mlflow::run_params(job), {}))
-             call(std::move(batch), nullptr);
+           pending_params = mlflow::run_params(job);
          });
+  }
+
+  void send_params() {
+    if (pending_params.empty()) return;
+    deadline = Steady::now() + config.timeout;  // from now: the run was made a while ago
+    for (auto& batch : mlflow::log_batches(client.server(), run->run_id, {}, pending_params, {}))
+      call(std::move(batch), nullptr);
+    pending_params.clear();
   }
 };
 
@@ -183,54 +221,70 @@ MlflowTracker::~MlflowTracker() = default;
 
 std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
   auto& s = *impl_;
-  s.start_phase();
+  s.start_phase(s.begin_failure);
   s.world_size_logged = job.world_size > 0;
   s.with_experiment([&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
   // The ranks need only the run's id: its params go on beside the job, on
-  // the same loop (end() waits for them, and says so if they failed).
+  // the same loop, once it has run kParamsAfter (end() waits for them, and
+  // says so if they failed), or with the end's metrics.
   s.wait([&s] { return s.run.has_value(); });
   if (!s.run) {
-    s.warn(s.failure + "; the job runs untracked");
+    s.warn(s.begin_failure + "; the job runs untracked");
     s.client.cancel_all();
     return std::nullopt;
   }
+  s.params_timer.expires_after(kParamsAfter);
+  s.params_timer.async_wait([&s](boost::system::error_code ec) {
+    if (!ec) s.send_params();
+  });
   fmt::print(stderr, "sgpu: mlflow run {}\n", s.run->url);
   return s.run;
 }
 
+void MlflowTracker::upload_now(const std::string& path, const std::string& name) {
+  auto& s = *impl_;
+  if (!s.run || s.ending) return;
+  // Failed before the end: the end sends it again, and only that try counts.
+  auto again = [&s, name] { return !s.ending && s.uploaded.erase(name) > 0; };
+  if (s.upload(path, name, again)) s.uploaded.insert(name);
+}
+
+void MlflowTracker::ranks_ended() { impl_->params_timer.cancel(); }
+
 void MlflowTracker::end(const RunEnd& end) {
   auto& s = *impl_;
   if (!s.run) return;
-  s.wait();  // the params, when the job ended before the server answered
-  if (!s.failure.empty()) s.warn(s.failure + " (the run's params may be missing)");
-  s.start_phase();
+  // The params may still be in flight (a short job): the end goes beside
+  // them, not after them; the server takes them in any order.
+  s.start_phase(s.end_failure);
+  s.ending = true;
+  s.params_timer.cancel();
   auto server_url = s.client.server();
   const auto& run_id = s.run->run_id;
   s.call(mlflow::update_run(server_url, run_id, mlflow::run_status(end.end), mlflow::epoch_ms(end.ended)), nullptr);
-  mlflow::KeyValues late_params;
+  auto late_params = std::move(s.pending_params);  // a short job: one call for params and metrics
+  s.pending_params.clear();
   if (!s.world_size_logged && !end.ranks.empty())
     late_params.emplace_back("sgpu.world_size", std::to_string(end.ranks.size()));
   for (auto& batch : mlflow::log_batches(server_url, run_id, mlflow::end_metrics(end), late_params, {}))
     s.call(std::move(batch), nullptr);
   bool proxied = true;
   for (const auto& [path, name] : end.artifacts) {
-    auto bytes = read_whole(path);
-    if (!bytes || bytes->empty()) continue;  // an empty log says nothing: one request less
-    auto put =
-        mlflow::upload_artifact(server_url, s.artifact_uri, name, mlflow::masked_artifact(name, std::move(*bytes)));
-    if (!put) {
+    if (s.uploaded.contains(name)) continue;
+    if (!s.upload(path, name)) {
       proxied = false;
       break;
     }
-    s.call(std::move(*put), nullptr);
   }
   s.wait();
+  if (!s.begin_failure.empty())
+    s.warn(s.begin_failure + " (sent beside the job: the run's params or spec.json may be missing)");
   if (!proxied)
     s.warn(
         fmt::format("stores this run's artifacts at {}, not behind its artifact proxy (mlflow-artifacts:/); "
                     "sgpu uploads none (run the server with --serve-artifacts)",
                     s.artifact_uri));
-  if (!s.failure.empty()) s.warn(s.failure + fmt::format(" (run {})", s.run->url));
+  if (!s.end_failure.empty()) s.warn(s.end_failure + fmt::format(" (run {})", s.run->url));
 }
 
 }  // namespace sgpu::launcher

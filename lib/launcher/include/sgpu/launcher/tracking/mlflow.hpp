@@ -98,9 +98,20 @@ class MlflowTracker {
   MlflowTracker& operator=(const MlflowTracker&) = delete;
 
   // Creates the run (its experiment too, when named and missing) with its
-  // tags and params. Runs `io` until that is done, at most config.timeout.
+  // tags. Runs `io` until that is done, at most config.timeout. The params
+  // go out once the ranks have run 1 s, or with end()'s metrics.
   // Prints the run's link on stderr, or a warning and returns nullopt.
   std::optional<TrackedRun> begin(const RunDescription& job);
+
+  // Every rank has exited, or the job tears down: the params, when not sent
+  // yet, wait for end() (with the metrics, in one call), and nothing of the
+  // tracker's holds the loop until then.
+  void ranks_ended();
+
+  // Uploads, beside the job, a file that is final before the ranks start
+  // (spec.json): end() waits for it and does not send it again. Does nothing
+  // when begin() did not create a run.
+  void upload_now(const std::string& path, const std::string& name);
 
   // Logs sgpu's metrics, uploads the artifacts and sets the status with the
   // end time, all at once; runs `io` until done, at most config.timeout.
