@@ -23,38 +23,19 @@
 namespace sgpu::launcher {
 namespace {
 
-// The job's observer, passed every event, which also tells `ended` once
-// every rank of an attempt has exited or the job tears down (MLflow: the
-// params not sent yet then wait for the end, not holding the loop).
+// Tells `ended` once every rank of an attempt has exited or the job tears
+// down (MLflow: the params not sent yet then wait for the end, not holding
+// the loop). One more observer beside the logs and the console.
 class RanksEnded final : public JobObserver {
  public:
-  RanksEnded(JobObserver& inner, std::size_t ranks, std::function<void()> ended)
-      : inner_(inner), ranks_(ranks), ended_(std::move(ended)) {}
-  void on_nodes_placed(const std::vector<NodePlacement>& nodes) override { inner_.on_nodes_placed(nodes); }
-  void on_rank_started(int rank, int pid) override { inner_.on_rank_started(rank, pid); }
-  void on_rank_output(int rank, Stream stream, std::string_view bytes) override {
-    inner_.on_rank_output(rank, stream, bytes);
-  }
-  void on_rank_output_closed(int rank, Stream stream) override { inner_.on_rank_output_closed(rank, stream); }
-  void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override {
-    inner_.on_rank_exited(rank, status, terminated_by_sgpu);
+  RanksEnded(std::size_t ranks, std::function<void()> ended) : ranks_(ranks), ended_(std::move(ended)) {}
+  void on_rank_exited(int, const env::ExitStatus&, bool) override {
     if (++exited_ >= ranks_) ended_();
   }
-  void on_teardown(const env::JobEnd& cause) override {
-    inner_.on_teardown(cause);
-    ended_();
-  }
-  void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
-    inner_.on_restart(attempt, cause, backoff);
-  }
-  void on_attempt_started(int attempt) override {
-    exited_ = 0;
-    inner_.on_attempt_started(attempt);
-  }
-  std::shared_ptr<OutputFlow> output_flow() override { return inner_.output_flow(); }
+  void on_teardown(const env::JobEnd&) override { ended_(); }
+  void on_attempt_started(int) override { exited_ = 0; }
 
  private:
-  JobObserver& inner_;
   std::size_t ranks_;
   std::size_t exited_ = 0;
   std::function<void()> ended_;
@@ -118,22 +99,13 @@ int launch(LaunchRequest request) {
   std::optional<TrackedRun> tracked;
   // Just before the ranks start, in order: the preflight (a launch that fails
   // it makes no MLflow run), then MLflow's run, whose variables every rank gets.
-  std::vector<std::function<void(LaunchContext&, LaunchPlan&)>> before_start;
-  if (ctx.spec.preflight.enabled) before_start.emplace_back(run_launch_preflight);
-  if (tracking) {
-    tracker.emplace(io, std::move(*tracking));  // runs the loop only while its calls are in flight
-    before_start.emplace_back([&](LaunchContext& c, LaunchPlan& plan) {
+  if (tracking) tracker.emplace(io, std::move(*tracking));  // runs the loop only while its calls are in flight
+  if (ctx.spec.preflight.enabled || tracker) {
+    ctx.before_start = [&](LaunchContext& c, const LaunchPlan& plan) -> env::Environment {
+      if (c.spec.preflight.enabled) run_launch_preflight(c, plan);
+      if (!tracker) return {};
       tracked = tracker->begin(describe_run(c.spec, plan, c.inherited));
-      if (!tracked) return;
-      for (const auto& [name, value] : tracked->env) {
-        c.spec.env[name] = value;
-        for (auto& r : plan.ranks) r.env[name] = value;
-      }
-    });
-  }
-  if (!before_start.empty()) {
-    ctx.before_start = [&](LaunchContext& c, LaunchPlan& plan) {
-      for (const auto& step : before_start) step(c, plan);
+      return tracked ? tracked->env : env::Environment{};
     };
   }
   // The console, logs and report are made once the ranks are placed.
@@ -144,12 +116,13 @@ int launch(LaunchRequest request) {
     check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
     outputs = std::make_unique<JobOutputs>(loop, ctx.spec, plan, ctx.inherited);
     job_plan = plan;
-    if (!tracked) return outputs->observer();
-    outputs->set_tracking({tracked->run_id, tracked->url});
-    // spec.json is final now: it goes beside the job, not at its end.
-    tracker->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
-    ranks_ended.emplace(outputs->observer(), plan.ranks.size(), [&] { tracker->ranks_ended(); });
-    return *ranks_ended;
+    if (tracked) {
+      outputs->set_tracking({tracked->run_id, tracked->url});
+      // spec.json is final now: it goes beside the job, not at its end.
+      tracker->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
+      outputs->add_observer(ranks_ended.emplace(plan.ranks.size(), [&] { tracker->ranks_ended(); }));
+    }
+    return outputs->observer();
   };
   BackendRun result;
   try {

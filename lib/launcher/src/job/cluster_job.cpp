@@ -112,13 +112,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     so.run_id = run_id;
     env::Environment added;
     if (options.before_start) {
-      auto plan = ClusterJob::job_plan(spec, run_id, run_dir, cwd, {}, options.master_addr, 0);
-      auto before = spec.env;
-      options.before_start(spec, plan);
-      for (const auto& [name, value] : spec.env) {
-        auto it = before.find(name);
-        if (it == before.end() || it->second != value) added[name] = value;
-      }
+      added = options.before_start(ClusterJob::job_plan(spec, run_id, run_dir, cwd, {}, options.master_addr, 0));
+      for (const auto& [name, value] : added) spec.env[name] = value;
     }
     so.job = encode_job({spec, cwd, added});
     so.master_addr = options.master_addr;

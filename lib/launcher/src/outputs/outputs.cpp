@@ -333,6 +333,8 @@ JobOutputs::~JobOutputs() = default;
 
 JobObserver& JobOutputs::observer() { return impl_->fanout; }
 
+void JobOutputs::add_observer(JobObserver& other) { impl_->fanout.add(other); }
+
 void JobOutputs::set_tracking(TrackingLink link) { impl_->tracking = std::move(link); }
 
 int JobOutputs::finish(const JobOutcome& outcome) {

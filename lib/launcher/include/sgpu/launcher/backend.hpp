@@ -55,23 +55,23 @@ struct LaunchContext {
   // Called by a backend once its run directory exists and before anything
   // asynchronous starts (`--detach` continues in a child from there).
   std::function<void(const LaunchContext&)> run_dir_made;
-  // Called by a backend with the job's plan just before its ranks start; it
-  // may add variables to every rank (MLflow's run). What it adds to
-  // spec.env reaches later attempts too.
-  std::function<void(LaunchContext&, LaunchPlan&)> before_start;
+  // Called by a backend with the job's plan just before its ranks start.
+  // Returns the variables every rank gets on top of the spec's (MLflow's
+  // run): the backend adds them to spec.env, so later attempts get them too.
+  std::function<env::Environment(LaunchContext&, const LaunchPlan&)> before_start;
 };
 
 // ClusterOptions::before_start for a backend whose nodes join a ClusterJob:
-// the engine's steps (ctx.before_start) on the job's spec, whose variables
-// then travel to every node. Empty when the engine has none.
-inline std::function<void(JobSpec&, LaunchPlan&)> cluster_before_start(LaunchContext& ctx) {
+// the engine's steps (ctx.before_start), whose variables then travel to
+// every node. Empty when the engine has none.
+inline std::function<env::Environment(const LaunchPlan&)> cluster_before_start(LaunchContext& ctx) {
   if (!ctx.before_start) return {};
-  return [&ctx](JobSpec& spec, LaunchPlan& plan) {
+  return [&ctx](const LaunchPlan& plan) {
     ctx.run_id = plan.run_id;
     ctx.run_dir = plan.run_dir;
-    ctx.spec.env = spec.env;
-    ctx.before_start(ctx, plan);
-    spec.env = ctx.spec.env;
+    auto added = ctx.before_start(ctx, plan);
+    for (const auto& [name, value] : added) ctx.spec.env[name] = value;
+    return added;
   };
 }
 

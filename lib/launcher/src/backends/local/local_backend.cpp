@@ -43,7 +43,12 @@ class LocalBackend : public Backend {
     ctx.run_dir = create_run_dir(root, in.run_id, ranks_);
     ctx.run_id = in.run_id;
     if (ctx.run_dir_made) ctx.run_dir_made(ctx);
-    if (ctx.before_start) ctx.before_start(ctx, plan);
+    if (ctx.before_start) {
+      for (const auto& [name, value] : ctx.before_start(ctx, plan)) {
+        ctx.spec.env[name] = value;  // later attempts' plans too
+        for (auto& r : plan.ranks) r.env[name] = value;
+      }
+    }
     if (plan.omp_defaulted && ranks_ > 1)
       fmt::print(stderr,
                  "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "

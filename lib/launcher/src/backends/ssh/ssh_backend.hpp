@@ -26,7 +26,7 @@ struct SshLaunch {
   std::string self_exe;  // this sgpu binary, for --ship-sgpu
   env::Seconds join_timeout{600};
   env::Seconds heartbeat_timeout{10};
-  std::function<void(JobSpec&, LaunchPlan&)> before_start;  // ClusterOptions::before_start
+  std::function<env::Environment(const LaunchPlan&)> before_start;  // ClusterOptions::before_start
 };
 
 // The hosts chosen for the job and the ranks on each (every node runs the

@@ -29,7 +29,7 @@ struct StaticLaunch {
   env::Seconds heartbeat_timeout{10};
   env::Environment inherited;
   std::string cwd;
-  std::function<void(JobSpec&, LaunchPlan&)> before_start;  // node 0: ClusterOptions::before_start
+  std::function<env::Environment(const LaunchPlan&)> before_start;  // node 0: ClusterOptions::before_start
 };
 
 // Node 0. `created` hears the run's id and directory as soon as they exist.

@@ -54,10 +54,10 @@ struct ClusterOptions {
   // to declare a lost node dead) is the backend's to stop from here.
   std::function<void()> on_end;
   // Called once the run directory exists, before the job goes to any node,
-  // with the job's spec and its plan so far (run id, directory; no ranks
-  // yet): what it adds to spec.env reaches every rank on every node (the
-  // launch's MLflow run). May throw sgpu::Error: nothing has started.
-  std::function<void(JobSpec&, LaunchPlan&)> before_start;
+  // with the job's plan so far (run id, directory; no ranks yet): the
+  // variables it returns reach every rank on every node (the launch's MLflow
+  // run). May throw sgpu::Error: nothing has started.
+  std::function<env::Environment(const LaunchPlan&)> before_start;
 };
 
 // --join-timeout and --heartbeat-timeout from the spec, checked (a limit,

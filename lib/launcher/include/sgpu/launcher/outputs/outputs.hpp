@@ -34,6 +34,9 @@ class JobOutputs {
   JobOutputs& operator=(const JobOutputs&) = delete;
 
   JobObserver& observer();
+  // One more observer of the job, after the logs and the console (it must
+  // outlive this object's use by the job).
+  void add_observer(JobObserver& other);
   // The MLflow run the launch is tracked as: in the report and the summary.
   void set_tracking(TrackingLink link);
   // Reports the outcome everywhere it goes; returns sgpu's exit code.
