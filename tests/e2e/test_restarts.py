@@ -123,10 +123,11 @@ def test_ctrl_c_during_the_backoff_ends_at_once(sgpu, tmp_path):
         assert not pid_alive(summary["ranks"][r]["pid"])
 
 
-def two_static_nodes(sgpu, tmp_path, env, *args):
-    """The same launch on two static nodes of this machine; each node's (exit code, stderr)."""
+def two_static_nodes(sgpu, tmp_path, env, *args, node0=()):
+    """The same launch on two static nodes of this machine, `node0` given to
+    node 0 alone; each node's (exit code, stderr)."""
     endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
-    nodes = [static_node(sgpu, 2, k, endpoint, secret, *args, env=env) for k in (0, 1)]
+    nodes = [static_node(sgpu, 2, k, endpoint, secret, *(node0 if k == 0 else ()), *args, env=env) for k in (0, 1)]
     errs = [n.communicate(timeout=120)[1] for n in nodes]
     return [(n.returncode, err) for n, err in zip(nodes, errs)]
 
@@ -164,8 +165,9 @@ def test_two_static_nodes_restart_together(sgpu, tmp_path):
 
 def test_on_several_nodes_an_always_failing_job_ends_with_its_code(sgpu, tmp_path):
     out, env = restart_env(sgpu, tmp_path, FAIL_CODE=7, FAIL_RANK=1)
-    (rc0, e0), (rc1, e1) = two_static_nodes(sgpu, tmp_path, env, "--nproc", 1, "--max-restarts", 2,
-                                            "--restart-backoff", "50ms", python_program("restart_job.py"))
+    # The restarts are node 0's to decide: node 1 is not given --max-restarts.
+    (rc0, e0), (rc1, e1) = two_static_nodes(sgpu, tmp_path, env, "--nproc", 1, python_program("restart_job.py"),
+                                            node0=("--max-restarts", 2, "--restart-backoff", "50ms"))
     assert (rc0, rc1) == (7, 7), e0 + e1
     assert sorted(p.name for p in out.glob("seen-1-*")) == ["seen-1-0.txt", "seen-1-1.txt", "seen-1-2.txt"]
     summary = newest_summary(env)
