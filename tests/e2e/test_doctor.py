@@ -7,11 +7,13 @@ import json
 import os
 import pathlib
 import re
+import socket
 import time
 
 import pytest
 
 from conftest import newest_summary, sgpu_bin
+from multinode import agent, free_port, make_secret_file, static_node
 
 # 8 B .. 64 KiB by 2: 14 sizes, 2 timed calls each. The fake's barriers cost a
 # few ms on a loaded machine, so its simulated link (1 MB/s, 65 ms for 64 KiB)
@@ -287,9 +289,78 @@ def test_launch_preflight_usage_errors_exit_2_before_anything_starts(fake):
             (["--nproc", "2", "--preflight"], "--preflight: the preflight checks the job's GPUs, and this job runs "
                                                "2 CPU ranks; ask for GPUs (--gpus N), or drop it"),
             (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29400", "--gpus-per-node", "1",
-              "--preflight", "--dry-run"], "--preflight: the preflight checks one node's GPUs, on the local backend "
-                                           "only so far, not with the static backend")):
+              "--preflight", "--set", "preflight.timeout=none"], "--set preflight.timeout=none: needs a limit")):
         res = fake.run("launch", *args, *RANK)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert says in res.stderr, (args, res.stderr)
         assert not list(fake.cwd.glob("ran-*"))
+
+
+# Across nodes: static node 0 (this host's name) hosts the rendezvous, an agent
+# named nodeb is node 1, both on this machine's fake GPUs. The fake NCCL's
+# communicator is named by its unique id, which it draws at random: node 1's
+# workers meet node 0's only if the id came through sgpu's rendezvous.
+def two_nodes(fake, tmp_path, *args):
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    started = time.monotonic()
+    n0 = static_node(fake, 2, 0, endpoint, secret, "--gpus-per-node", "2", *PREFLIGHT, *args, *RANK)
+    a1 = agent(fake, endpoint, secret, "--node-name", "nodeb", "--node-rank", "1")
+    o0, e0 = n0.communicate(timeout=60)
+    _, e1 = a1.communicate(timeout=60)
+    return (n0.returncode, o0, e0), (a1.returncode, e1), time.monotonic() - started
+
+
+def test_preflight_across_nodes_passes_the_nccl_id_through_the_rendezvous(fake, tmp_path):
+    (rc0, out, e0), (rc1, e1), _ = two_nodes(fake, tmp_path, "--set", "preflight.expect_busbw=0.0005")
+    assert (rc0, rc1) == (0, 0), e0 + e1
+    assert re.search(r"^sgpu: preflight: 4 GPUs on 2 nodes healthy in \d+\.\ds \(busbw [\d.]+ GB/s at 64 KiB\)$", e0,
+                     re.M), e0
+    assert sorted(p.name for p in fake.cwd.glob("ran-*")) == ["ran-0", "ran-1", "ran-2", "ran-3"]
+    report = json.loads((run_dir_of(fake) / "preflight.json").read_text())
+    assert report["status"] == "healthy"
+    host = socket.gethostname()
+    assert [(g["node"], g["index"]) for g in report["gpus"]] == [(host, 0), (host, 1), ("nodeb", 0), ("nodeb", 1)]
+    assert [(l["node"], l["a"], l["b"]) for l in report["links"]] == [(host, 0, 1), ("nodeb", 0, 1)]
+    sizes = report["allreduce"]["sizes"]
+    assert [s["bytes"] for s in sizes] == [8 << k for k in range(14)]
+    assert all(len(s["rank_time_us"]) == 4 for s in sizes)
+    # nccl-tests' busbw over 4 ranks: algbw * 2(n-1)/n.
+    assert sizes[-1]["busbw_gbps"] == pytest.approx(sizes[-1]["algbw_gbps"] * 1.5)
+    assert report["allreduce"]["expected"]["source"] == "--expect-busbw"
+
+
+def test_a_bad_gpu_on_another_node_stops_the_launch_naming_node_and_gpu(fake, tmp_path):
+    fake.env["SGPU_FAKE_NCCL_WRONG"] = "3"  # global rank 3: nodeb's GPU 1
+    (rc0, out, e0), (rc1, e1), took = two_nodes(fake, tmp_path)
+    assert rc0 == 1, e0
+    assert rc1 == 1, e1
+    run_dir = run_dir_of(fake)
+    assert re.search(r"^sgpu: error: preflight: failed in \d+\.\ds: node nodeb: GPU 1 \(00000000:19:00\.0\): 1 of 2 "
+                     r"values wrong after the 8 B all-reduce .*; no rank was started \(report: "
+                     + re.escape(str(run_dir / "preflight.json")) + r"\)$", e0, re.M), e0
+    assert out == "" and not list(fake.cwd.glob("ran-*"))
+    assert took < 20  # node 0's workers, waiting on nodeb's, were stopped, not left to their 3-minute limit
+    assert json.loads((run_dir / "preflight.json").read_text())["status"] == "failed"
+    assert workers_left(str(tmp_path)) == []
+
+
+def test_a_hung_gpu_on_another_node_costs_the_limit_and_leaves_no_worker(fake, tmp_path):
+    fake.env["SGPU_FAKE_NCCL_HANG"] = "2"  # nodeb's GPU 0
+    (rc0, _, e0), (rc1, e1), took = two_nodes(fake, tmp_path, "--set", "preflight.timeout=2s")
+    assert (rc0, rc1) == (1, 1), e0 + e1
+    assert re.search(r"preflight: failed in \d+\.\ds: node \S+: the all-reduce did not finish within 2s at 8 B", e0), e0
+    assert took < 15
+    assert not list(fake.cwd.glob("ran-*"))
+    assert workers_left(str(tmp_path)) == []
+
+
+def test_cpu_ranks_on_a_node_refuse_the_preflight_naming_the_node(fake, tmp_path):
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    n0 = static_node(fake, 2, 0, endpoint, secret, "--gpus-per-node", "2", *PREFLIGHT, *RANK)
+    a1 = agent(fake, endpoint, secret, "--node-name", "nodeb", "--node-rank", "1",
+               env=dict(fake.env, SGPU_FAKE_DRIVER_GPUS="0"))
+    _, e0 = n0.communicate(timeout=60)
+    a1.communicate(timeout=60)
+    assert n0.returncode == 2, e0
+    assert "node nodeb: " in e0 and "the preflight checks the job's GPUs" in e0, e0
+    assert not list(fake.cwd.glob("ran-*"))

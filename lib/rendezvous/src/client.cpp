@@ -26,7 +26,7 @@ std::string duration_text(std::chrono::milliseconds d) {
 }  // namespace
 
 struct RendezvousClient::Impl {
-  enum class State { Connecting, Hello, AwaitWelcome, Joined, Ready, Running, Closed };
+  enum class State { Connecting, Hello, AwaitWelcome, Joined, Preparing, Ready, Running, Closed };
 
   asio::io_context& io;
   ClientOptions options;
@@ -162,6 +162,12 @@ struct RendezvousClient::Impl {
     end(e.what(), e.exit_code(), true);
   }
 
+  void send_ready(const Ready& ready) {
+    if (state != State::Preparing) return;
+    state = State::Ready;
+    socket->send(ready);
+  }
+
   [[noreturn]] static void unexpected(const Message& m, const char* when) {
     throw ProtocolError(fmt::format("unexpected {} {}", type_name(type_of(m)), when));
   }
@@ -184,18 +190,25 @@ struct RendezvousClient::Impl {
       case State::Joined:
         if (std::holds_alternative<Heartbeat>(m)) return;
         if (const auto* assign = std::get_if<Assign>(&m)) {
-          Ready ready;
+          std::optional<Ready> ready;
+          state = State::Preparing;
           try {
             ready = handler.on_assign(*assign);
           } catch (const Error& e) {
             abort(e);
             return;
           }
-          state = State::Ready;
-          socket->send(ready);
+          if (ready) send_ready(*ready);
           return;
         }
         unexpected(m, "before the assignment");
+      case State::Preparing:
+        if (std::holds_alternative<Heartbeat>(m)) return;
+        if (std::holds_alternative<PreflightId>(m)) {
+          handler.on_message(std::move(m));
+          return;
+        }
+        unexpected(m, "while preparing");
       case State::Ready:
         if (std::holds_alternative<Heartbeat>(m)) return;
         if (const auto* start = std::get_if<Start>(&m)) {
@@ -275,6 +288,10 @@ void RendezvousClient::start() { impl_->start(); }
 
 void RendezvousClient::send(const Message& message) {
   if (impl_->socket && impl_->state != Impl::State::Closed) impl_->socket->send(message);
+}
+
+void RendezvousClient::ready(const Ready& ready) {
+  if (impl_->socket) impl_->send_ready(ready);
 }
 
 void RendezvousClient::close() {

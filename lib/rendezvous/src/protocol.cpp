@@ -10,16 +10,13 @@ namespace {
 
 // The type of each alternative of Message, in the variant's order.
 constexpr MessageType kTypeOfIndex[] = {
-    MessageType::ClientHello,  MessageType::ServerHello,
-    MessageType::Auth,         MessageType::Reject,
-    MessageType::Welcome,      MessageType::Join,
-    MessageType::Assign,       MessageType::Ready,
-    MessageType::Start,        MessageType::Abort,
-    MessageType::Heartbeat,    MessageType::RankStarted,
-    MessageType::RankOutput,   MessageType::RankOutputClosed,
-    MessageType::RankFile,     MessageType::RankExited,
-    MessageType::NodeTeardown, MessageType::NodeDone,
-    MessageType::Signal,       MessageType::Finish,
+    MessageType::ClientHello, MessageType::ServerHello, MessageType::Auth,
+    MessageType::Reject,      MessageType::Welcome,     MessageType::Join,
+    MessageType::Assign,      MessageType::Ready,       MessageType::Start,
+    MessageType::Abort,       MessageType::Heartbeat,   MessageType::PreflightId,
+    MessageType::RankStarted, MessageType::RankOutput,  MessageType::RankOutputClosed,
+    MessageType::RankFile,    MessageType::RankExited,  MessageType::NodeTeardown,
+    MessageType::NodeDone,    MessageType::Signal,      MessageType::Finish,
     MessageType::Restart,
 };
 static_assert(std::size(kTypeOfIndex) == std::variant_size_v<Message>);
@@ -131,7 +128,10 @@ void put(WireWriter& w, const Assign& m) {
   w.u32(m.rank_base);
   w.u32(m.world_size);
 }
-void put(WireWriter& w, const Ready& m) { w.u32(m.master_port); }
+void put(WireWriter& w, const Ready& m) {
+  w.u32(m.master_port);
+  w.bytes(m.preflight);
+}
 void put(WireWriter& w, const Start& m) {
   w.bytes(m.master_addr);
   w.u32(m.master_port);
@@ -141,6 +141,7 @@ void put(WireWriter& w, const Abort& m) {
   w.i32(m.exit_code);
 }
 void put(WireWriter&, const Heartbeat&) {}
+void put(WireWriter& w, const PreflightId& m) { w.bytes(m.id); }
 void put(WireWriter& w, const RankStarted& m) {
   w.u32(m.rank);
   w.i32(m.pid);
@@ -246,8 +247,14 @@ Message get(MessageType type, WireReader& r) {
       m.world_size = r.u32();
       return m;
     }
-    case MessageType::Ready:
-      return Ready{r.u32()};
+    case MessageType::Ready: {
+      Ready m;
+      m.master_port = r.u32();
+      m.preflight = r.bytes(kMaxPreflightBytes, "preflight report");
+      return m;
+    }
+    case MessageType::PreflightId:
+      return PreflightId{r.bytes(kMaxPreflightIdBytes, "preflight id")};
     case MessageType::Start: {
       Start m;
       m.master_addr = r.bytes(kMaxNameBytes, "master address");
@@ -339,7 +346,7 @@ Message get(MessageType type, WireReader& r) {
   throw ProtocolError(fmt::format("unknown message type {}", static_cast<int>(type)));
 }
 
-bool known_type(std::uint8_t t) { return (t >= 1 && t <= 11) || (t >= 20 && t <= 26) || (t >= 30 && t <= 32); }
+bool known_type(std::uint8_t t) { return (t >= 1 && t <= 12) || (t >= 20 && t <= 26) || (t >= 30 && t <= 32); }
 
 }  // namespace
 
@@ -369,6 +376,8 @@ const char* type_name(MessageType type) {
       return "Abort";
     case MessageType::Heartbeat:
       return "Heartbeat";
+    case MessageType::PreflightId:
+      return "PreflightId";
     case MessageType::RankStarted:
       return "RankStarted";
     case MessageType::RankOutput:

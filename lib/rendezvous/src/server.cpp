@@ -39,7 +39,9 @@ struct RendezvousServer::Impl {
     Nonce server_nonce{};
     Join join;
     std::uint32_t node_rank = 0;
+    std::uint32_t rank_base = 0;
     std::uint32_t master_port = 0;
+    std::string preflight;   // Ready's report
     bool lost_said = false;  // on_node_lost was called for it
     SteadyClock::time_point accepted;
     asio::steady_timer liveness;
@@ -345,7 +347,8 @@ struct RendezvousServer::Impl {
     phase = Phase::Preparing;
     for (auto* n : nodes) {
       n->state = State::Assigned;
-      n->socket->send(Assign{n->node_rank, options.nnodes, bases[n->node_rank], world});
+      n->rank_base = bases[n->node_rank];
+      n->socket->send(Assign{n->node_rank, options.nnodes, n->rank_base, world});
     }
     joined.clear();
     joined_joins.clear();
@@ -357,13 +360,34 @@ struct RendezvousServer::Impl {
       fail(abort->message, abort->exit_code);
       return;
     }
-    const auto* r = std::get_if<Ready>(&m);
+    if (const auto* id = std::get_if<PreflightId>(&m)) {
+      // Node 0's NCCL id for the preflight, to every other node (which may
+      // have said Ready already only if its own part failed).
+      if (p.node_rank != 0 || p.state != State::Assigned) unexpected(m, "from a node other than 0");
+      for (auto* n : nodes) {
+        if (n != &p) n->socket->send(*id);
+      }
+      return;
+    }
+    auto* r = std::get_if<Ready>(&m);
     if (r == nullptr || p.state != State::Assigned) unexpected(m, "while preparing");
     p.master_port = r->master_port;
+    p.preflight = std::move(r->preflight);
     p.state = State::Ready;
     if (p.node_rank == 0 && (r->master_port == 0 || r->master_port > 65535))
       throw ProtocolError(fmt::format("node 0 reported MASTER_PORT {}", r->master_port));
-    if (++ready == options.nnodes) start_all();
+    ++ready;
+    if (auto refused = handler.on_node_ready(info(p), ready, options.nnodes)) {
+      fail(refused->message, refused->exit_code);
+      return;
+    }
+    if (ready == options.nnodes) start_all();
+  }
+
+  NodeInfo info(const Peer& n) const {
+    return NodeInfo{n.node_rank,      n.rank_base,     n.join.local_ranks,
+                    n.join.name,      n.join.hostname, n.socket->peer_address(),
+                    n.join.addresses, n.join.gpus,     n.preflight};
   }
 
   void start_all() {
@@ -381,13 +405,11 @@ struct RendezvousServer::Impl {
     join_timer.cancel();
     std::vector<NodeInfo> infos;
     infos.reserve(nodes.size());
-    auto world_base = 0U;
     for (auto* n : nodes) {
       n->state = State::Running;
       n->socket->send(start);
-      infos.push_back(NodeInfo{n->node_rank, world_base, n->join.local_ranks, n->join.name, n->join.hostname,
-                               n->socket->peer_address(), n->join.addresses, n->join.gpus});
-      world_base += n->join.local_ranks;
+      infos.push_back(info(*n));
+      n->preflight.clear();
     }
     handler.on_started(infos, start);
   }

@@ -31,10 +31,12 @@ std::vector<Message> one_of_each() {
       Join{"node-b", "node-b.cluster", {"10.0.0.2", "fd00::2"}, {gpu, gpu}, 8, 1, 4, 4242},
       Join{},
       Assign{1, 4, 8, 32},
-      Ready{29500},
+      Ready{29500, ""},
+      Ready{0, R"({"gpus":[{"index":0}],"sizes":[]})"},
       Start{"10.0.0.1", 29500},
       Abort{"node-b: Python interpreter 'python9' not found", 127},
       Heartbeat{},
+      PreflightId{"fake-nccl-0a1b2c3d"},
       RankStarted{9, 777},
       RankOutput{9, OutputStream::Err, std::string("line\n\0\xff partial", 15)},
       RankOutputClosed{9, OutputStream::Out},
@@ -79,7 +81,7 @@ TEST_CASE("rendezvous::decode refuses what it cannot trust") {
     }
   }
   SUBCASE("trailing bytes") {
-    auto payload = payload_of(encode(Ready{1})) + "x";
+    auto payload = payload_of(encode(Ready{1, ""})) + "x";
     CHECK_THROWS_WITH_AS(decode(MessageType::Ready, payload), doctest::Contains("after the end of Ready"),
                          ProtocolError);
   }

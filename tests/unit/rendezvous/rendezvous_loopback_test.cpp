@@ -76,9 +76,9 @@ struct Agent : ClientHandler {
     j.nnodes = nnodes;
     return j;
   }
-  Ready on_assign(const Assign& a) override {
+  std::optional<Ready> on_assign(const Assign& a) override {
     assign = a;
-    return Ready{a.node_rank == 0 ? 29999U : 0U};
+    return Ready{a.node_rank == 0 ? 29999U : 0U, ""};
   }
   void on_start(const Start& s) override {
     start = s;

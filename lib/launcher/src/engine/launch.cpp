@@ -102,7 +102,10 @@ int launch(LaunchRequest request) {
   if (tracking) tracker.emplace(io, std::move(*tracking));  // runs the loop only while its calls are in flight
   if (ctx.spec.preflight.enabled || tracker) {
     ctx.before_start = [&](LaunchContext& c, const LaunchPlan& plan) -> env::Environment {
-      if (c.spec.preflight.enabled) run_launch_preflight(c, plan);
+      // The local backend's GPUs are this node's: checked here. A multi-node
+      // backend's nodes check theirs between the rendezvous's Assign and
+      // Start, and the ClusterJob judges them all.
+      if (c.spec.preflight.enabled && info.name == "local") run_launch_preflight(c, plan);
       if (!tracker) return {};
       tracked = tracker->begin(describe_run(c.spec, plan, c.inherited));
       return tracked ? tracked->env : env::Environment{};

@@ -14,11 +14,7 @@ namespace pf = preflight;
 
 void check_launch_preflight(const JobSpec& spec, const BackendInfo& backend) {
   if (!spec.preflight.enabled) return;
-  if (backend.name != "local")
-    throw Error(
-        fmt::format("{}: the preflight checks one node's GPUs, on the local backend only so far, not with the "
-                    "{} backend; drop it, and run `sgpu doctor` on each node",
-                    where_set(spec, "preflight.enabled", "--preflight"), backend.name));
+  (void)backend;                      // every backend: on one node here, on many by each node's agent
   (void)pf::preflight_request(spec);  // every [preflight] value, checked now
 }
 
@@ -35,23 +31,8 @@ void run_launch_preflight(const LaunchContext& ctx, const LaunchPlan& plan) {
   for (const auto& g : plan.gpus) indices.push_back(g.index);
   auto result = pf::preflight_gpus(indices, request);
   auto report = (std::filesystem::path(ctx.run_dir) / "preflight.json").string();
-  switch (result.status) {
-    case pf::PreflightResult::Status::healthy:
-      fmt::print(stderr, "sgpu: {}\n", pf::preflight_headline(result));
-      return;
-    case pf::PreflightResult::Status::failed: {
-      std::string every;
-      if (result.failures.size() > 1) {
-        for (const auto& f : result.failures) every += fmt::format("\n  {}", f);
-      }
-      throw Error(fmt::format("{}; no rank was started (report: {}){}", pf::preflight_headline(result), report, every),
-                  pf::kExitCheckFailed);
-    }
-    case pf::PreflightResult::Status::unavailable:
-      throw Error(fmt::format("{}; no rank was started: --preflight asks for the check (drop it to launch unchecked)",
-                              pf::preflight_headline(result)),
-                  pf::kExitUnavailable);
-  }
+  if (auto refusal = pf::launch_refusal(result, report)) throw *refusal;
+  fmt::print(stderr, "sgpu: {}\n", pf::preflight_headline(result));
 }
 
 }  // namespace sgpu::launcher

@@ -21,6 +21,7 @@
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/rendezvous/client.hpp"
@@ -67,6 +68,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   LaunchPlan plan;
   std::map<int, env::RankFiles> files;
   std::unique_ptr<Supervisor> supervisor;
+  std::unique_ptr<preflight::NodePreflight> preflight;  // --preflight, between Assign and Start
   bool ranks_finished = false;
   std::optional<AgentResult> lost;
   bool done = false;
@@ -117,7 +119,9 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       if (options.spec) {  // a static launch's node: its own spec, and what the launcher adds to every rank
         spec = *options.spec;
         cwd = options.cwd;
-        for (const auto& [name, value] : decode_job(welcome.job).added_env) spec.env[name] = value;
+        auto job = decode_job(welcome.job);
+        for (const auto& [name, value] : job.added_env) spec.env[name] = value;
+        spec.preflight = job.spec.preflight;  // the launcher decides whether, and how, the GPUs are checked
       } else {
         auto job = decode_job(welcome.job);
         spec = std::move(job.spec);
@@ -147,7 +151,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     return join;
   }
 
-  rdzv::Ready on_assign(const rdzv::Assign& a) override {
+  std::optional<rdzv::Ready> on_assign(const rdzv::Assign& a) override {
     assign = a;
     rdzv::Ready ready;
     try {
@@ -157,13 +161,46 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       }
       auto root = runs_root(spec.log_dir, options.environment);
       run_dir = create_run_dir(root, run_id, local_ranks, static_cast<int>(a.rank_base));
+      if (spec.preflight.enabled) {
+        begin_preflight(ready);  // Ready goes once this node's share is done
+        return std::nullopt;
+      }
     } catch (const Error& e) {
       fail_here(e);
     }
     return ready;
   }
 
+  // --preflight: this node's GPUs of the job in the all-reduce across every
+  // node's, as global ranks from this node's rank base (one GPU a rank).
+  void begin_preflight(rdzv::Ready ready) {
+    auto request = preflight::preflight_request(spec);
+    request.environment = options.environment;
+    request.run_dir = run_dir;
+    auto here = make_plan(spec, inputs(0, "127.0.0.1"));
+    if (here.gpus.empty())
+      throw Error(fmt::format("{}: the preflight checks the job's GPUs, and this node runs {} CPU rank{}; ask for GPUs "
+                              "(--gpus N), or drop it",
+                              where_set(spec, "preflight.enabled", "--preflight"), here.ranks.size(),
+                              here.ranks.size() == 1 ? "" : "s"),
+                  kExitUsage);
+    if (here.gpus.size() != here.ranks.size())
+      throw Error(fmt::format("{}: across nodes the preflight runs one all-reduce worker per rank, each on its "
+                              "rank's GPU; this node has {} ranks on {} GPUs",
+                              where_set(spec, "preflight.enabled", "--preflight"), here.ranks.size(), here.gpus.size()),
+                  kExitUsage);
+    request.gpus = here.gpus;
+    preflight = std::make_unique<preflight::NodePreflight>(
+        io, std::move(request), static_cast<int>(assign.rank_base), static_cast<int>(assign.world_size),
+        [this](const std::string& id) { client.send(rdzv::PreflightId{id}); },
+        [this, ready](std::string report) mutable {
+          ready.preflight = std::move(report);
+          client.ready(ready);
+        });
+  }
+
   void on_start(const rdzv::Start& start) override {
+    preflight.reset();  // its workers have ended: every node reported
     start_ranks(start.master_addr, static_cast<int>(start.master_port));
   }
 
@@ -211,6 +248,10 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   }
 
   void on_message(rdzv::Message&& message) override {
+    if (const auto* id = std::get_if<rdzv::PreflightId>(&message)) {
+      if (preflight) preflight->unique_id(id->id);
+      return;
+    }
     if (const auto* finish_msg = std::get_if<rdzv::Finish>(&message)) {
       client.close();
       finish({finish_msg->exit_code, finish_msg->summary, true});
@@ -288,6 +329,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   void finish(const AgentResult& result) {
     if (done) return;
     done = true;
+    preflight.reset();  // a rendezvous that ended during the preflight: its workers go
     master_port.reset();
     next_port.reset();
     if (session) {

@@ -14,6 +14,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/rendezvous/server.hpp"
 
@@ -83,6 +84,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   bool between_attempts = false;  // every node done; JobControl decides: restart or the end
   bool finished = false;
   std::optional<std::pair<std::string, int>> failure;
+  std::vector<std::optional<preflight::NodeReport>> preflight_reports;  // --preflight, by node rank
 
   Impl(asio::io_context& io_, JobSpec s, ClusterOptions o, const env::Environment& inherited, std::string dir)
       : io(io_),
@@ -130,6 +132,33 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   void on_notice(const std::string& text) override { options.notice(text); }
 
   void on_joined(std::size_t count, std::uint32_t) override { joined = count; }
+
+  // --preflight: each node checked its GPUs before saying Ready. One failed
+  // node ends the rendezvous at once (the others' workers would wait for it
+  // until their time limit); once all have reported, the verdict over all.
+  std::optional<rdzv::Abort> on_node_ready(const rdzv::NodeInfo& node, std::size_t ready,
+                                           std::uint32_t nnodes) override {
+    if (!spec.preflight.enabled) return std::nullopt;
+    if (preflight_reports.size() < nnodes) preflight_reports.resize(nnodes);
+    preflight_reports[node.node_rank] = preflight::NodeReport{node.name, node.preflight};
+    std::vector<preflight::NodeReport> reports;
+    for (const auto& r : preflight_reports) {
+      if (r) reports.push_back(*r);
+    }
+    bool complete = ready == nnodes;
+    auto result = preflight::combine_reports(reports, preflight::preflight_request(spec), complete);
+    if (!complete && result.status == preflight::PreflightResult::Status::healthy) return std::nullopt;
+    auto report = (std::filesystem::path(run_dir) / "preflight.json").string();
+    try {
+      preflight::keep_report(result, run_dir);
+    } catch (const Error& e) {
+      options.notice(fmt::format("warning: {}", e.what()));
+    }
+    if (auto refusal = preflight::launch_refusal(result, report))
+      return rdzv::Abort{refusal->what(), refusal->exit_code()};
+    options.notice(preflight::preflight_headline(result));
+    return std::nullopt;
+  }
 
   void arm_progress(std::chrono::seconds after) {
     progress_timer.expires_after(after);

@@ -54,6 +54,12 @@ std::string encode_job(const JobDescription& job) {
   j["ray"] = s.ray;  // --ray: every agent runs the Ray node helper instead of ranks
   j["ray_dashboard"] = s.ray_dashboard;
   j["ray_metrics"] = s.ray_metrics;
+  const auto& pf = s.preflight;  // every node checks its GPUs before Ready
+  j["preflight"] = {{"enabled", pf.enabled},
+                    {"max_bytes", pf.max_bytes},
+                    {"iters", pf.iters},
+                    {"timeout", pf.timeout},
+                    {"expect_busbw", pf.expect_busbw}};
   return j.dump();
 }
 
@@ -91,6 +97,13 @@ JobDescription decode_job(std::string_view text) {
     take(j, "ray", s.ray);
     take(j, "ray_dashboard", s.ray_dashboard);
     take(j, "ray_metrics", s.ray_metrics);
+    if (auto pf = j.find("preflight"); pf != j.end()) {
+      take(*pf, "enabled", s.preflight.enabled);
+      take(*pf, "max_bytes", s.preflight.max_bytes);
+      take(*pf, "iters", s.preflight.iters);
+      take(*pf, "timeout", s.preflight.timeout);
+      take(*pf, "expect_busbw", s.preflight.expect_busbw);
+    }
   } catch (const json::exception& e) {
     throw Error(fmt::format("the launcher sent a job this agent cannot read: {}", e.what()), 1);
   }

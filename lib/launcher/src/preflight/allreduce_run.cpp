@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 #include <boost/asio/buffers_iterator.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
@@ -34,28 +35,45 @@ std::string join_sizes(const std::vector<std::uint64_t>& sizes) {
   return out;
 }
 
-class AllReduceRun {
- public:
-  explicit AllReduceRun(const PreflightRequest& request)
-      : request_(request), timer_(io_), workers_(request.gpus.size()) {
+}  // namespace
+
+struct AllReduceRun::Impl : std::enable_shared_from_this<AllReduceRun::Impl> {
+  Impl(asio::io_context& io, PreflightRequest request, AllReduceShare share,
+       std::function<void(AllReduceOutcome)> on_done)
+      : io_(io),
+        request_(std::move(request)),
+        share_(std::move(share)),
+        on_done_(std::move(on_done)),
+        timer_(io),
+        workers_(request_.gpus.size()) {
     // The worker is this very binary unless the request names another; resolve
     // /proc/self/exe here, so messages name the file.
     std::error_code ec;
-    auto resolved = std::filesystem::read_symlink(request.worker_executable, ec);
-    executable_ = ec ? request.worker_executable.string() : resolved.string();
+    auto resolved = std::filesystem::read_symlink(request_.worker_executable, ec);
+    executable_ = ec ? request_.worker_executable.string() : resolved.string();
+    if (share_.nranks == 0) share_.nranks = static_cast<int>(workers_.size());
   }
 
-  AllReduceOutcome run() {
+  void begin() {
     timer_.expires_after(request_.timeout);
-    timer_.async_wait([this](boost::system::error_code ec) {
-      if (!ec) on_timeout();
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->on_timeout();
+      self->timer_done_ = true;
+      self->maybe_finish();
     });
-    start(0, "");
-    io_.run();
-    collect_sizes();
-    if (outcome_.failures.empty() && outcome_.unavailable.empty() && !all_done())
-      outcome_.failures.push_back("the all-reduce workers ended without finishing");
-    return std::move(outcome_);
+    if (workers_.empty()) return stop();
+    if (share_.rank_base == 0) start(0, "");
+  }
+
+  void unique_id(const std::string& id) {
+    if (share_.rank_base == 0 || started_any_ || stopping_) return;
+    for (std::size_t r = 0; r < workers_.size() && !stopping_; ++r) start(r, id);
+  }
+
+  // The owner is gone: kill what runs, report to nobody.
+  void abandon() {
+    on_done_ = nullptr;
+    stop();
   }
 
  private:
@@ -70,17 +88,20 @@ class AllReduceRun {
     std::map<std::uint64_t, double> times_us;  // by size
   };
 
+  int global_rank(std::size_t local) const { return share_.rank_base + static_cast<int>(local); }
+
   void start(std::size_t rank, const std::string& unique_id) {
+    started_any_ = true;
     RankLaunch launch;
-    launch.rank = static_cast<int>(rank);
+    launch.rank = global_rank(rank);
     launch.executable = executable_;
     launch.argv = {"sgpu",
                    "doctor",
                    "--worker",
                    "--rank",
-                   std::to_string(rank),
+                   std::to_string(global_rank(rank)),
                    "--nranks",
-                   std::to_string(workers_.size()),
+                   std::to_string(share_.nranks),
                    "--device",
                    std::to_string(rank),
                    "--sizes",
@@ -99,7 +120,8 @@ class AllReduceRun {
     auto& w = workers_[rank];
     if (!request_.run_dir.empty()) {
       std::filesystem::create_directories(request_.run_dir / "preflight");
-      w.err_log.open(request_.run_dir / "preflight" / fmt::format("worker-{}.stderr", rank), std::ios::binary);
+      w.err_log.open(request_.run_dir / "preflight" / fmt::format("worker-{}.stderr", global_rank(rank)),
+                     std::ios::binary);
     }
     try {
       w.process = std::make_unique<RankProcess>(io_, launch);
@@ -110,45 +132,54 @@ class AllReduceRun {
     }
     w.running = true;
     ++running_;
+    open_streams_ += 2;
     read_line(rank);
     read_err(rank);
-    w.process->async_wait([this, rank](int status) { on_exit(rank, status); });
+    w.process->async_wait([self = shared_from_this(), rank](int status) { self->on_exit(rank, status); });
   }
 
   void read_line(std::size_t rank) {
     auto& w = workers_[rank];
-    asio::async_read_until(w.process->out(), w.out, '\n', [this, rank](boost::system::error_code ec, std::size_t n) {
-      if (ec) return;
-      auto& wk = workers_[rank];
-      std::string line(asio::buffers_begin(wk.out.data()), asio::buffers_begin(wk.out.data()) + static_cast<long>(n));
-      wk.out.consume(n);
-      on_line(rank, line);
-      read_line(rank);
-    });
+    asio::async_read_until(w.process->out(), w.out, '\n',
+                           [self = shared_from_this(), rank](boost::system::error_code ec, std::size_t n) {
+                             if (ec) return self->stream_closed();
+                             auto& wk = self->workers_[rank];
+                             std::string line(asio::buffers_begin(wk.out.data()),
+                                              asio::buffers_begin(wk.out.data()) + static_cast<long>(n));
+                             wk.out.consume(n);
+                             self->on_line(rank, line);
+                             self->read_line(rank);
+                           });
   }
 
   void read_err(std::size_t rank) {
     auto& w = workers_[rank];
     w.process->err().async_read_some(asio::buffer(w.err_chunk),
-                                     [this, rank](boost::system::error_code ec, std::size_t n) {
-                                       if (ec) return;
-                                       auto& wk = workers_[rank];
+                                     [self = shared_from_this(), rank](boost::system::error_code ec, std::size_t n) {
+                                       if (ec) return self->stream_closed();
+                                       auto& wk = self->workers_[rank];
                                        if (wk.err_log.is_open())
                                          wk.err_log.write(wk.err_chunk.data(), static_cast<std::streamsize>(n));
                                        wk.err_tail.append(wk.err_chunk.data(), n);
                                        if (wk.err_tail.size() > kStderrTail)
                                          wk.err_tail.erase(0, wk.err_tail.size() - kStderrTail);
-                                       read_err(rank);
+                                       self->read_err(rank);
                                      });
   }
 
+  void stream_closed() {
+    --open_streams_;
+    maybe_finish();
+  }
   void on_line(std::size_t rank, const std::string& text) {
     auto line = nlohmann::json::parse(text, nullptr, false);
     if (line.is_discarded() || !line.is_object()) return;  // a library printing on stdout
     auto event = line.value("event", "");
     const auto& gpu = request_.gpus[rank];
-    if (event == "unique_id" && rank == 0) {
-      for (std::size_t r = 1; r < workers_.size() && !stopping_; ++r) start(r, line.value("id", ""));
+    if (event == "unique_id" && global_rank(rank) == 0) {
+      auto id = line.value("id", "");
+      if (share_.on_unique_id) share_.on_unique_id(id);
+      for (std::size_t r = 1; r < workers_.size() && !stopping_; ++r) start(r, id);
     } else if (event == "ready") {
       outcome_.nccl_version = line.value("nccl_version", 0);
     } else if (event == "size") {
@@ -187,7 +218,7 @@ class AllReduceRun {
       fail(fmt::format("{}: the all-reduce worker {}{}", gpu_name(request_.gpus[rank]), how,
                        tail.empty() ? "" : ": " + tail));
     }
-    if (running_ == 0 && (stopping_ || all_done() || all_started_exited())) timer_.cancel();
+    maybe_finish();
   }
 
   void on_timeout() {
@@ -199,6 +230,13 @@ class AllReduceRun {
     for (std::size_t r = 0; r < workers_.size(); ++r) {
       if (!workers_[r].done && workers_[r].times_us.size() <= next)
         stuck += (stuck.empty() ? "" : ", ") + gpu_name(request_.gpus[r]);
+    }
+    if (!started_any_) {
+      fail(
+          fmt::format("rank 0's NCCL unique id did not reach this node within {}s: node 0's workers did not get "
+                      "that far",
+                      static_cast<double>(request_.timeout.count()) / 1000.0));
+      return;
     }
     bool joined = outcome_.nccl_version != 0;
     fail(fmt::format("the {} did not finish within {}s{}: {} did not report{}",
@@ -218,7 +256,7 @@ class AllReduceRun {
     for (auto& w : workers_) {
       if (w.running) w.process->signal_group(SIGKILL);  // a worker stuck in NCCL heeds nothing gentler
     }
-    if (running_ == 0) timer_.cancel();
+    maybe_finish();
   }
 
   bool all_done() const {
@@ -227,6 +265,24 @@ class AllReduceRun {
     }
     return true;
   }
+  // Once every worker started has exited and its output is read: the result,
+  // unless more workers are to come (an id awaited, no failure yet).
+  void maybe_finish() {
+    if (finished_ || running_ > 0 || open_streams_ > 0) return;
+    if (!(stopping_ || all_done() || all_started_exited())) return;
+    if (!timer_done_) {
+      timer_.cancel();  // its handler comes back here
+      return;
+    }
+    finished_ = true;
+    collect_sizes();
+    if (outcome_.failures.empty() && outcome_.unavailable.empty() && !all_done())
+      outcome_.failures.push_back("the all-reduce workers ended without finishing");
+    if (on_done_)
+      asio::post(io_,
+                 [done = std::move(on_done_), outcome = std::move(outcome_)]() mutable { done(std::move(outcome)); });
+  }
+
   bool all_started_exited() const {
     for (const auto& w : workers_) {
       if (w.process == nullptr) return false;
@@ -248,21 +304,39 @@ class AllReduceRun {
     }
   }
 
-  const PreflightRequest& request_;
+  asio::io_context& io_;
+  PreflightRequest request_;
+  AllReduceShare share_;
+  std::function<void(AllReduceOutcome)> on_done_;
   std::string executable_;
-  asio::io_context io_;
   asio::steady_timer timer_;
   std::vector<Worker> workers_;
   std::size_t running_ = 0;
+  int open_streams_ = 0;
+  bool started_any_ = false;
   bool stopping_ = false;
+  bool timer_done_ = false;
+  bool finished_ = false;
   AllReduceOutcome outcome_;
 };
 
-}  // namespace
+AllReduceRun::AllReduceRun(asio::io_context& io, const PreflightRequest& request, AllReduceShare share,
+                           std::function<void(AllReduceOutcome)> on_done)
+    : impl_(std::make_shared<Impl>(io, request, std::move(share), std::move(on_done))) {
+  impl_->begin();
+}
+
+AllReduceRun::~AllReduceRun() { impl_->abandon(); }
+
+void AllReduceRun::unique_id(const std::string& hex) { impl_->unique_id(hex); }
 
 AllReduceOutcome run_allreduce(const PreflightRequest& request) {
   if (request.gpus.empty()) return {};
-  return AllReduceRun(request).run();
+  asio::io_context io(1);
+  AllReduceOutcome outcome;
+  AllReduceRun run(io, request, {}, [&](AllReduceOutcome o) { outcome = std::move(o); });
+  io.run();
+  return outcome;
 }
 
 }  // namespace sgpu::launcher::preflight

@@ -167,6 +167,10 @@ Judgement judge_gpu(const GpuHealth& g) {
     j.verdict = worst(j.verdict, Verdict::warn);
     j.reasons.push_back(std::move(why));
   };
+  if (!g.read) {
+    warn("health not read (no NVML)");
+    return j;
+  }
   if (g.ecc_volatile_uncorrected.value_or(0) > 0)
     fail(fmt::format("{} uncorrectable ECC errors since the driver loaded", *g.ecc_volatile_uncorrected));
   if (g.remap_failed.value_or(false)) fail("a row remapping failed: the GPU needs service");

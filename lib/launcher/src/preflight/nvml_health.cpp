@@ -110,21 +110,30 @@ GpuHealth read_gpu(Nvml& nvml, Dev d, const env::Gpu& gpu) {
 
 }  // namespace
 
+GpuHealth unread(const env::Gpu& g) {
+  GpuHealth h;
+  h.index = g.index;
+  h.name = g.name;
+  h.type = g.type;
+  h.uuid = g.uuid;
+  h.pci_bus_id = g.pci_bus_id;
+  h.read = false;
+  return h;
+}
+
 HealthReport query_health(const std::vector<env::Gpu>& gpus) {
   HealthReport report;
   Nvml nvml;
-  if (!nvml.lib.loaded()) {
-    report.error = nvml.lib.error();
+  auto cannot = [&](std::string why) {
+    report.error = std::move(why);
+    for (const auto& g : gpus) report.gpus.push_back(unread(g));
     return report;
-  }
-  if (nvml.init == nullptr || nvml.shutdown == nullptr || nvml.by_bus == nullptr) {
-    report.error = "libnvidia-ml.so.1 lacks nvmlInit_v2 or nvmlDeviceGetHandleByPciBusId_v2";
-    return report;
-  }
-  if (auto r = nvml.init(); r != kOk) {
-    report.error = fmt::format("libnvidia-ml.so.1: nvmlInit failed (NVML error {})", r);
-    return report;
-  }
+  };
+  if (!nvml.lib.loaded()) return cannot(nvml.lib.error());
+  if (nvml.init == nullptr || nvml.shutdown == nullptr || nvml.by_bus == nullptr)
+    return cannot("libnvidia-ml.so.1 lacks nvmlInit_v2 or nvmlDeviceGetHandleByPciBusId_v2");
+  if (auto r = nvml.init(); r != kOk)
+    return cannot(fmt::format("libnvidia-ml.so.1: nvmlInit failed (NVML error {})", r));
   std::vector<Dev> handles;
   for (const auto& g : gpus) {
     Dev d = nullptr;
@@ -133,12 +142,8 @@ HealthReport query_health(const std::vector<env::Gpu>& gpus) {
     if (d != nullptr) {
       report.gpus.push_back(read_gpu(nvml, d, g));
     } else {
-      GpuHealth h;
-      h.index = g.index;
-      h.name = g.name;
-      h.type = g.type;
-      h.uuid = g.uuid;
-      h.pci_bus_id = g.pci_bus_id;
+      auto h = unread(g);
+      h.read = true;  // NVML runs; it only does not know this bus id (facts unset)
       report.gpus.push_back(h);
     }
   }

@@ -13,29 +13,12 @@
 #include "sgpu/launcher/devices/devices.hpp"
 
 namespace sgpu::launcher::preflight {
-namespace {
 
-std::string gpu_label(const GpuHealth& g) {
-  return g.pci_bus_id.empty() ? fmt::format("GPU {}", g.index) : fmt::format("GPU {} ({})", g.index, g.pci_bus_id);
-}
-
-void judge_all(PreflightResult& r, const HealthReport& health, const AllReduceOutcome& outcome,
-               const PreflightRequest& request) {
+void judge_all(PreflightResult& r, const HealthReport& health, const AllReduceOutcome& outcome, std::size_t gpu_count) {
   r.health_read = health.ok;
   if (!health.ok) {
     r.health_note = "NVML could not be read, so health and topology were not checked: " + health.error;
     r.verdict = Verdict::warn;
-    for (const auto& g : request.gpus) {
-      GpuRow row;
-      row.health.index = g.index;
-      row.health.name = g.name;
-      row.health.type = g.type;
-      row.health.uuid = g.uuid;
-      row.health.pci_bus_id = g.pci_bus_id;
-      row.judgement.verdict = Verdict::warn;
-      row.judgement.reasons.push_back("health not read (no NVML)");
-      r.gpus.push_back(row);
-    }
   }
   for (const auto& g : health.gpus) {
     GpuRow row{g, judge_gpu(g)};
@@ -45,14 +28,14 @@ void judge_all(PreflightResult& r, const HealthReport& health, const AllReduceOu
     }
     r.gpus.push_back(std::move(row));
   }
-  auto nvlinks = [&](int index) {
+  auto nvlinks = [&](const std::string& node, int index) {
     for (const auto& g : health.gpus) {
-      if (g.index == index) return g.nvlinks_active;
+      if (g.node == node && g.index == index) return g.nvlinks_active;
     }
     return 0;
   };
   for (const auto& l : health.links) {
-    LinkRow row{l, judge_link(l, nvlinks(l.a), nvlinks(l.b))};
+    LinkRow row{l, judge_link(l, nvlinks(l.node, l.a), nvlinks(l.node, l.b))};
     r.verdict = worst(r.verdict, row.judgement.verdict);
     r.links.push_back(std::move(row));
   }
@@ -64,16 +47,13 @@ void judge_all(PreflightResult& r, const HealthReport& health, const AllReduceOu
     r.allreduce.reasons.push_back(f);
     r.failures.push_back(f);
   }
-  const auto& first = request.gpus.front();
-  r.expectation = expectation_for(first.type, first.name, request.expect_busbw);
   if (outcome.failures.empty() && !r.sizes.empty()) {
-    auto bw =
-        judge_bandwidth(r.sizes.back().bandwidth.busbw_gbps, static_cast<int>(request.gpus.size()), r.expectation);
+    auto bw = judge_bandwidth(r.sizes.back().bandwidth.busbw_gbps, static_cast<int>(gpu_count), r.expectation);
     r.allreduce = bw;
     if (bw.verdict == Verdict::fail) {
       for (const auto& why : bw.reasons)
-        r.failures.push_back(fmt::format("all-reduce across {} GPUs at {}: {}", request.gpus.size(),
-                                         format_bytes(r.sizes.back().bytes), why));
+        r.failures.push_back(
+            fmt::format("all-reduce across {} GPUs at {}: {}", gpu_count, format_bytes(r.sizes.back().bytes), why));
     }
   }
   r.verdict = worst(r.verdict, r.allreduce.verdict);
@@ -88,7 +68,10 @@ void keep_report(const PreflightResult& r, const std::filesystem::path& run_dir)
   if (!out) throw Error(fmt::format("{}: cannot write the preflight report", (run_dir / "preflight.json").string()), 1);
 }
 
-}  // namespace
+std::string gpu_label(const GpuHealth& g) {
+  auto gpu = g.pci_bus_id.empty() ? fmt::format("GPU {}", g.index) : fmt::format("GPU {} ({})", g.index, g.pci_bus_id);
+  return g.node.empty() ? gpu : fmt::format("{} {}", g.node, gpu);
+}
 
 std::string format_bytes(std::uint64_t bytes) {
   constexpr std::pair<std::uint64_t, const char*> units[] = {
@@ -127,7 +110,9 @@ PreflightResult run_preflight(const PreflightRequest& request) {
     r.unavailable = outcome.unavailable;
     return finish();
   }
-  judge_all(r, health, outcome, request);
+  const auto& first = request.gpus.front();
+  r.expectation = expectation_for(first.type, first.name, request.expect_busbw);
+  judge_all(r, health, outcome, request.gpus.size());
   return finish();
 }
 
@@ -188,6 +173,26 @@ PreflightResult preflight_gpus(const std::vector<int>& gpu_indices, PreflightReq
     request.gpus.push_back(*it);
   }
   return run_preflight(request);
+}
+
+std::optional<Error> launch_refusal(const PreflightResult& r, const std::string& report_path) {
+  switch (r.status) {
+    case PreflightResult::Status::healthy:
+      return std::nullopt;
+    case PreflightResult::Status::failed: {
+      std::string every;
+      if (r.failures.size() > 1) {
+        for (const auto& f : r.failures) every += fmt::format("\n  {}", f);
+      }
+      return Error(fmt::format("{}; no rank was started (report: {}){}", preflight_headline(r), report_path, every),
+                   kExitCheckFailed);
+    }
+    case PreflightResult::Status::unavailable:
+      return Error(fmt::format("{}; no rank was started: --preflight asks for the check (drop it to launch unchecked)",
+                               preflight_headline(r)),
+                   kExitUnavailable);
+  }
+  return std::nullopt;
 }
 
 int preflight_exit_code(const PreflightResult& r) {

@@ -51,9 +51,9 @@ struct FakeNode : rdzv::ClientHandler {
     j.node_rank = node_rank;
     return j;
   }
-  rdzv::Ready on_assign(const rdzv::Assign& a) override {
+  std::optional<rdzv::Ready> on_assign(const rdzv::Assign& a) override {
     assign = a;
-    return {a.node_rank == 0 ? 29500U : 0U};  // node 0 names MASTER_PORT (nothing listens: no rank runs)
+    return rdzv::Ready{a.node_rank == 0 ? 29500U : 0U, ""};  // node 0 names MASTER_PORT (nothing listens: no rank runs)
   }
   void on_start(const rdzv::Start&) override {
     for (std::uint32_t r = 0; r < 2; ++r)

@@ -75,7 +75,13 @@ TEST_CASE("launcher::encode_job and decode_job") {
   job.spec.ray_metrics = true;
   job.cwd = "/home/me/project";
   job.added_env = {{"MLFLOW_RUN_ID", "abc"}};
+  job.spec.preflight = {true, "64K", 3, "30s", "12.5"};
   auto back = decode_job(encode_job(job));
+  CHECK(back.spec.preflight.enabled);
+  CHECK(back.spec.preflight.max_bytes == "64K");
+  CHECK(back.spec.preflight.iters == 3);
+  CHECK(back.spec.preflight.timeout == "30s");
+  CHECK(back.spec.preflight.expect_busbw == "12.5");
   CHECK(back.spec.ray);
   CHECK_FALSE(back.spec.ray_dashboard);
   CHECK(back.spec.ray_metrics);

@@ -178,22 +178,22 @@ TEST_CASE("preflight::throttle_text") {
 }
 
 TEST_CASE("preflight::judge_link") {
-  LinkHealth nv{0, 1, "NV", true, true};
+  LinkHealth nv{0, 1, "NV", true, true, ""};
   CHECK(judge_link(nv, 18, 18).verdict == Verdict::pass);
   SUBCASE("no P2P") {
-    LinkHealth l{0, 1, "SYS", false, false};
+    LinkHealth l{0, 1, "SYS", false, false, ""};
     auto j = judge_link(l, 0, 0);
     CHECK(j.verdict == Verdict::warn);
     CHECK(j.reasons ==
           std::vector<std::string>{"no peer-to-peer between GPU 0 and GPU 1: NCCL copies through host memory"});
   }
   SUBCASE("NVLinks up, but not between these two") {
-    LinkHealth l{2, 5, "SYS", true, false};
+    LinkHealth l{2, 5, "SYS", true, false, ""};
     CHECK(judge_link(l, 18, 18).verdict == Verdict::warn);
     CHECK(judge_link(l, 0, 0).verdict == Verdict::pass);  // PCIe-only GPUs: nothing missing
   }
   SUBCASE("unknown facts are not faults") {
-    CHECK(judge_link(LinkHealth{0, 1, "?", {}, {}}, 4, 4).verdict == Verdict::pass);
+    CHECK(judge_link(LinkHealth{0, 1, "?", {}, {}, ""}, 4, 4).verdict == Verdict::pass);
   }
 }
 

@@ -5,6 +5,7 @@
 // joins, and then carries the run's messages both ways with heartbeats.
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
@@ -27,11 +28,12 @@ class ClientHandler {
   // What to join with. Throwing sgpu::Error tells the launcher this node
   // cannot run (Abort) and ends the client.
   virtual Join on_welcome(const Welcome& welcome) = 0;
-  // The node's place; prepare and say Ready (node 0 reserves MASTER_PORT).
-  // Throwing sgpu::Error aborts as above.
-  virtual Ready on_assign(const Assign& assign) = 0;
+  // The node's place; prepare and say Ready (node 0 reserves MASTER_PORT),
+  // or return nullopt and call RendezvousClient::ready() once prepared (a
+  // preflight). Throwing sgpu::Error aborts as above.
+  virtual std::optional<Ready> on_assign(const Assign& assign) = 0;
   virtual void on_start(const Start& start) = 0;
-  // Signal, Restart and Finish during the run.
+  // PreflightId while preparing; Signal, Restart and Finish during the run.
   virtual void on_message(Message&& message) = 0;
   // The end of the client, once: refused, aborted, the launcher unreachable,
   // gone or silent. Not called after close().
@@ -47,6 +49,8 @@ class RendezvousClient {
 
   void start();
   void send(const Message& message);
+  // The Ready that on_assign() left for later; ignored unless it is awaited.
+  void ready(const Ready& ready);
   // After Finish: closes once what is queued has been sent.
   void close();
 

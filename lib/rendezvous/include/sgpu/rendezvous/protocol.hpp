@@ -10,6 +10,7 @@
 //   ClientHello ->        <- ServerHello (or Reject: wrong version)
 //   Auth ->               <- Welcome (or Reject: wrong secret)
 //   Join ->               ... every node joins ...   <- Assign
+//   [PreflightId ->       <- PreflightId]  (--preflight: node 0's NCCL id to the others)
 //   Ready ->              ... every node is ready ... <- Start
 //   RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited,
 //   NodeTeardown ->       <- Signal
@@ -19,6 +20,12 @@
 // every node is done and the backoff is over, by Restart instead of Finish;
 // the run goes on from RankStarted. Node 0 reserves the next attempt's
 // MASTER_PORT before it says NodeDone, so a restart needs no round trip.
+//
+// With --preflight, every node checks its GPUs between Assign and Ready: an
+// NCCL all-reduce across all of them, whose unique id node 0's first worker
+// makes and node 0 sends as PreflightId; the launcher passes it on to every
+// other node. Each node's Ready carries its report, and the launcher judges
+// them all before it says Start (or Abort, naming the GPU or node).
 //
 // Heartbeat flows both ways from Welcome on; Abort ends a rendezvous from
 // either side. encode() and decode() are pure and unit-tested; FrameDecoder
@@ -37,7 +44,7 @@
 
 namespace sgpu::rendezvous {
 
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::string_view kMagic = "SGPURDZV";
 inline constexpr std::size_t kFrameHeaderSize = 5;
 inline constexpr std::uint32_t kMaxHelloPayload = 1024;
@@ -52,6 +59,8 @@ inline constexpr std::size_t kMaxGpus = 256;
 inline constexpr std::size_t kMaxMessageBytes = 16 * 1024;
 inline constexpr std::size_t kMaxFileBytes = 256 * 1024;  // error.json, result
 inline constexpr std::size_t kMaxJobBytes = 512 * 1024;
+inline constexpr std::size_t kMaxPreflightBytes = 256 * 1024;  // a node's preflight report (JSON)
+inline constexpr std::size_t kMaxPreflightIdBytes = 1024;      // NCCL's unique id, as hex
 
 using Nonce = std::array<std::uint8_t, kNonceSize>;
 using Proof = std::array<std::uint8_t, kProofSize>;
@@ -68,6 +77,7 @@ enum class MessageType : std::uint8_t {
   Start = 9,
   Abort = 10,
   Heartbeat = 11,
+  PreflightId = 12,
   RankStarted = 20,
   RankOutput = 21,
   RankOutputClosed = 22,
@@ -137,6 +147,7 @@ struct Assign {
 
 struct Ready {
   std::uint32_t master_port = 0;  // node 0: the port it reserved; others 0
+  std::string preflight;          // --preflight: this node's report (JSON); "" without
   bool operator==(const Ready&) const = default;
 };
 
@@ -156,6 +167,13 @@ struct Abort {
 
 struct Heartbeat {
   bool operator==(const Heartbeat&) const = default;
+};
+
+// --preflight: the NCCL unique id of the all-reduce across every node's GPUs
+// (hex), made by node 0's first worker; node 0 -> launcher -> other nodes.
+struct PreflightId {
+  std::string id;
+  bool operator==(const PreflightId&) const = default;
 };
 
 enum class OutputStream : std::uint8_t { Out = 0, Err = 1 };
@@ -239,8 +257,8 @@ struct Restart {
 };
 
 using Message = std::variant<ClientHello, ServerHello, Auth, Reject, Welcome, Join, Assign, Ready, Start, Abort,
-                             Heartbeat, RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited, NodeTeardown,
-                             NodeDone, Signal, Finish, Restart>;
+                             Heartbeat, PreflightId, RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited,
+                             NodeTeardown, NodeDone, Signal, Finish, Restart>;
 
 MessageType type_of(const Message& message);
 const char* type_name(MessageType type);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct NodeInfo {
   std::string peer_address;  // as the launcher saw its connection
   std::vector<std::string> addresses;
   std::vector<env::Gpu> gpus;
+  std::string preflight;  // its Ready's preflight report; "" without one
 };
 
 class ServerHandler {
@@ -53,6 +55,13 @@ class ServerHandler {
   // Refused peers, nodes that left before the rendezvous completed.
   virtual void on_notice(const std::string& text) = 0;
   virtual void on_joined(std::size_t /*joined*/, std::uint32_t /*nnodes*/) {}
+  // Node `node` said Ready, the `ready`-th of `nnodes` (its preflight report
+  // in node.preflight). An Abort returned ends the rendezvous with it, on
+  // every node, before any starts.
+  virtual std::optional<Abort> on_node_ready(const NodeInfo& /*node*/, std::size_t /*ready*/,
+                                             std::uint32_t /*nnodes*/) {
+    return std::nullopt;
+  }
   // Every node joined and is ready; Start has been sent to all.
   virtual void on_started(const std::vector<NodeInfo>& nodes, const Start& start) = 0;
   // A run-time message from an agent (RankOutput, RankExited, NodeDone, Abort, ...).

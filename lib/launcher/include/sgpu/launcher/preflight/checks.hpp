@@ -73,6 +73,8 @@ struct GpuHealth {
   std::optional<bool> persistence_mode, mig_enabled;
   std::optional<int> compute_mode;  // 0 default, 1 exclusive thread, 2 prohibited, 3 exclusive process
   int nvlinks_active = 0, nvlinks_inactive = 0;
+  bool read = true;  // false: NVML could not be read, nothing above but the names is known
+  std::string node;  // across nodes: the node's name; "" on one node
 };
 Judgement judge_gpu(const GpuHealth& gpu);
 // "hw_slowdown, sw_thermal" for the reason bits that slow a GPU; idle and
@@ -85,6 +87,7 @@ struct LinkHealth {
   std::string path;                // "NV", "PIX", "PXB", "PHB", "NODE", "SYS", "?"
   std::optional<bool> p2p_read;    // peer-to-peer reads possible
   std::optional<bool> p2p_nvlink;  // connected by NVLink
+  std::string node;                // across nodes: the node's name; "" on one node
 };
 Judgement judge_link(const LinkHealth& link, int a_nvlinks, int b_nvlinks);
 // NVML's nvmlGpuTopologyLevel_t as nvidia-smi writes it.

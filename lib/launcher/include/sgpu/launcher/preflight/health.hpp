@@ -13,12 +13,14 @@ namespace sgpu::launcher::preflight {
 struct HealthReport {
   bool ok = false;
   std::string error;              // why NVML could not be read
-  std::vector<GpuHealth> gpus;    // in the order asked
+  std::vector<GpuHealth> gpus;    // in the order asked; without NVML, what `gpus` said (read = false)
   std::vector<LinkHealth> links;  // every pair, a < b
 };
 
 // Finds each GPU by its PCI bus id (sgpu's indices are PCI order, NVML's need
 // not be). A GPU NVML cannot find gets only what `gpus` says.
 HealthReport query_health(const std::vector<env::Gpu>& gpus);
+// What sgpu knows of a GPU whose health was not read.
+GpuHealth unread(const env::Gpu& gpu);
 
 }  // namespace sgpu::launcher::preflight

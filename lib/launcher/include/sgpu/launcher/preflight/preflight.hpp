@@ -6,16 +6,23 @@
 //
 // Rank 0's NCCL unique id reaches the other workers through sgpu: it reads it
 // from rank 0's output and starts the others with it in their environment.
-// One node only for now; many nodes would pass it through the rendezvous.
+// Across nodes (NodePreflight, run by each node's agent) it goes through the
+// rendezvous: node 0 sends it to the launcher, which passes it to the others;
+// each node's report comes back the same way, and the launcher judges them
+// together (combine_reports).
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
+#include "sgpu/env/error.hpp"
 #include "sgpu/env/gpu.hpp"
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/preflight/checks.hpp"
@@ -89,12 +96,60 @@ PreflightRequest preflight_request(const JobSpec& spec);
 // this node lacks.
 PreflightResult preflight_gpus(const std::vector<int>& gpu_indices, PreflightRequest request);
 
+// --- across nodes ---
+
+// One node's share of a preflight across nodes, run by its agent between
+// the rendezvous's Assign and Ready: the health of `request.gpus` (this
+// node's GPUs of the job) and one worker per GPU in an all-reduce over every
+// node's, as global ranks rank_base.. of nranks. Node 0 (rank_base 0) starts
+// its first worker at once and hands its NCCL unique id to `on_unique_id`;
+// the others start once unique_id() brings it. `on_report` gets this node's
+// report (JSON text, facts only: the launcher judges) once, from the loop,
+// when its workers have ended or the request's time limit has passed.
+// Destroying it kills the workers still running.
+class NodePreflight {
+ public:
+  NodePreflight(boost::asio::io_context& io, PreflightRequest request, int rank_base, int nranks,
+                std::function<void(const std::string&)> on_unique_id, std::function<void(std::string)> on_report);
+  ~NodePreflight();
+  NodePreflight(const NodePreflight&) = delete;
+  NodePreflight& operator=(const NodePreflight&) = delete;
+  void unique_id(const std::string& hex);
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// A node's report as the launcher got it.
+struct NodeReport {
+  std::string node;    // its name, in every GPU, link and failure
+  std::string report;  // NodePreflight's JSON text
+};
+
+// One result from the nodes' reports, in node-rank order: their GPUs and
+// links, and one all-reduce table over all the ranks. `complete` is false
+// while reports are still to come: only what has failed so far is judged
+// (a partial bandwidth is not). Across nodes the bandwidth depends on the
+// network, so only request.expect_busbw sets an expectation. Pure: never
+// throws; a report it cannot read is a failure naming its node.
+PreflightResult combine_reports(const std::vector<NodeReport>& nodes, const PreflightRequest& request, bool complete);
+
+// Writes `result` as run_dir/preflight.json. Throws sgpu::Error.
+void keep_report(const PreflightResult& result, const std::filesystem::path& run_dir);
+// "GPU 1 (00000000:19:00.0)", "node2 GPU 1 (...)" across nodes.
+std::string gpu_label(const GpuHealth& gpu);
+
 int preflight_exit_code(const PreflightResult& result);  // 0, 1, or 3
 std::string preflight_text(const PreflightResult& result);
 nlohmann::json preflight_json(const PreflightResult& result);
 // One line for a launch: "preflight: 8 GPUs healthy in 3.2s (busbw 410.5 GB/s
 // at 1 GiB)", or "... failed: <first failure>", or "... not checked: <why>".
 std::string preflight_headline(const PreflightResult& result);
+// What a launch makes of its preflight: nothing when healthy (print the
+// headline), else the error that stops it before any rank starts: the
+// headline, every failure, the report's path; exit 1 failed, 3 unavailable.
+std::optional<Error> launch_refusal(const PreflightResult& result, const std::string& report_path);
 // "1 MiB", "8 B", "1 GiB".
 std::string format_bytes(std::uint64_t bytes);
 
