@@ -48,7 +48,7 @@ struct SimAgent : ClientHandler {
     j.node_rank = node_rank;
     return j;
   }
-  Ready on_assign(const Assign& a) override {
+  std::optional<Ready> on_assign(const Assign& a) override {
     rank = a.rank_base;
     return Ready{};
   }
@@ -109,10 +109,11 @@ int main(int argc, char** argv) {
     stats.t0 = Clock::now();
     for (auto& c : clients) c->start();
     io.run();
-    fmt::print("{{\"agents\": {}, \"started\": {}, \"finished\": {}, \"failed\": {}, \"all_started_s\": {:.3f}, "
-               "\"all_finished_s\": {:.3f}, \"first_failure\": \"{}\"}}\n",
-               n, stats.started, stats.finished, stats.failed, seconds(stats.last_start - stats.t0),
-               seconds(stats.last_finish - stats.t0), stats.first_failure);
+    fmt::print(
+        "{{\"agents\": {}, \"started\": {}, \"finished\": {}, \"failed\": {}, \"all_started_s\": {:.3f}, "
+        "\"all_finished_s\": {:.3f}, \"first_failure\": \"{}\"}}\n",
+        n, stats.started, stats.finished, stats.failed, seconds(stats.last_start - stats.t0),
+        seconds(stats.last_finish - stats.t0), stats.first_failure);
     return stats.started == n && stats.finished == n ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sgpu_rdzv_sim: %s\n", e.what());
