@@ -3,6 +3,7 @@
 faults SLURM brings (scancel, a node failing, SLURM's own time limit)."""
 import json
 import os
+import pathlib
 import re
 import select
 import signal
@@ -356,3 +357,38 @@ def test_slurms_time_limit_ends_the_job_with_124(time_limited_run):
     assert newest_summary(home)["status"] == "stopped_by_scheduler"
     assert re.search(r"SLURM's time limit ended job \d+.*\(exit code 124\)", err), err
     assert 55 < time.monotonic() - started < 200
+
+
+def test_preflight_inside_an_allocation_checks_every_nodes_gpus_first(slurm_cluster, cluster_env, sgpu, tmp_path):
+    # The fake driver libraries (not SGPU_FAKE_GPUS) on every node, through
+    # srun's environment: each node's agent runs its workers on the GPUs SLURM
+    # gave the step, and node 0's NCCL id reaches node 1 through sgpu.
+    from test_doctor import fake_libs
+    dirs = fake_libs()
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(cluster_env, OUT_DIR=str(out), SGPU_FAKE_DRIVER_GPUS=str(GPUS_PER_NODE), SGPU_FAKE_NCCL_DIR=str(tmp_path),
+               LD_LIBRARY_PATH=os.pathsep.join(str(dirs[n]) for n in ("cuda", "nccl", "nvml")))
+    del env["SGPU_FAKE_GPUS"]
+    args = ["--preflight", "--set", "preflight.max_bytes=64K", "--set", "preflight.iters=2",
+            python_program("dump_env.py")]
+    res = slurm_cluster.run("salloc", "-N2", "--gpus-per-node=2", *sgpu_cmd(sgpu, "launch", *args), env=env,
+                            cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"^sgpu: preflight: 4 GPUs on 2 nodes healthy in \d+\.\ds", res.stderr, re.M), res.stderr
+    assert [e["RANK"] for e in read_envs(out)] == ["0", "1", "2", "3"]
+    report = json.loads(pathlib.Path(newest_summary(env)["run_dir"], "preflight.json").read_text())
+    assert len({g["node"] for g in report["gpus"]}) == 2
+    assert all(len(s["rank_time_us"]) == 4 for s in report["allreduce"]["sizes"])
+
+    # A wrong sum on the second node's second GPU: no rank starts, and the
+    # allocation's step ends with the verdict's code.
+    env["SGPU_FAKE_NCCL_WRONG"] = "3"
+    for p in out.iterdir():
+        p.unlink()
+    res = slurm_cluster.run("salloc", "-N2", "--gpus-per-node=2", *sgpu_cmd(sgpu, "launch", *args), env=env,
+                            cwd=tmp_path, timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert re.search(r"preflight: failed in \d+\.\ds: node node\d+: GPU \d \(\S+\): 1 of 2 values wrong", res.stderr), \
+        res.stderr
+    assert not list(out.iterdir())
