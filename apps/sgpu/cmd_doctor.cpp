@@ -102,7 +102,8 @@ Command add_doctor_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "doctor",
       "Check this node's GPUs: NVML health, topology, and an NCCL all-reduce across them (exit 0 healthy, "
-      "1 a check failed, 3 nothing to check: no driver, NCCL or GPU)");
+      "1 a check failed, 3 nothing to check: no driver, NCCL or GPU); on many nodes, through any backend: sgpu "
+      "launch --preflight-only");
   cmd->add_option("--gpus", o->gpus, "GPUs to check (default: every visible GPU)")->check(CLI::PositiveNumber);
   cmd->add_option("--gpu-type", o->gpu_type, "only GPUs of this type (h100, a100, ...)");
   cmd->add_option("-o,--output", o->format, "text (default) or json (one document)")

@@ -364,3 +364,40 @@ def test_cpu_ranks_on_a_node_refuse_the_preflight_naming_the_node(fake, tmp_path
     assert n0.returncode == 2, e0
     assert "node nodeb: " in e0 and "the preflight checks the job's GPUs" in e0, e0
     assert not list(fake.cwd.glob("ran-*"))
+
+
+# --preflight-only: sgpu doctor on exactly the job's GPUs, through any backend.
+def test_preflight_only_is_doctor_on_the_jobs_gpus_with_no_entrypoint(fake):
+    res = fake.run("launch", "--gpus", "1", "--preflight-only", "--set", "preflight.max_bytes=64K",
+                   "--set", "preflight.iters=2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.startswith("sgpu doctor: 1 GPU, NCCL 2.28.9, ") and res.stdout.rstrip().endswith("healthy")
+    summary = newest_summary(fake.env)
+    assert summary["status"] == "not_started" and summary["exit_code"] == 0
+    assert (run_dir_of(fake) / "preflight.json").exists()
+
+
+def test_preflight_only_across_nodes_prints_one_report_and_starts_nothing(fake, tmp_path):
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    n0 = static_node(fake, 2, 0, endpoint, secret, "--gpus-per-node", "2", "--preflight-only", "-o", "json",
+                     *PREFLIGHT[1:], *RANK)
+    a1 = agent(fake, endpoint, secret, "--node-name", "nodeb", "--node-rank", "1")
+    o0, e0 = n0.communicate(timeout=60)
+    o1, e1 = a1.communicate(timeout=60)
+    assert (n0.returncode, a1.returncode) == (0, 0), e0 + e1
+    assert e1 == "" and o1 == ""  # the agent ends with the launcher's Finish, silently
+    doc = json.loads(o0)
+    assert doc["status"] == "healthy" and doc["exit_code"] == 0
+    assert [g["node"] for g in doc["gpus"]][2:] == ["nodeb", "nodeb"]
+    assert all(len(s["rank_time_us"]) == 4 for s in doc["allreduce"]["sizes"])
+    assert not list(fake.cwd.glob("ran-*"))
+
+    fake.env["SGPU_FAKE_DRIVER_ECC"] = "0:2"  # GPU 0 of both nodes
+    n0 = static_node(fake, 2, 0, endpoint, secret, "--gpus-per-node", "2", "--preflight-only", *PREFLIGHT[1:])
+    a1 = agent(fake, endpoint, secret, "--node-name", "nodeb", "--node-rank", "1")
+    o0, e0 = n0.communicate(timeout=60)
+    a1.communicate(timeout=60)
+    assert n0.returncode == 1, e0
+    assert re.search(r"^sgpu doctor: 4 GPUs on 2 nodes, NCCL 2\.28\.9, ", o0), o0
+    assert re.search(r"^nodeb +0 +H100 .* fail: 2 uncorrectable ECC errors", o0, re.M), o0
+    assert "FAIL\n  " in o0 and "nodeb GPU 0 (00000000:18:00.0): 2 uncorrectable ECC errors" in o0

@@ -216,6 +216,10 @@ struct RendezvousClient::Impl {
           handler.on_start(*start);
           return;
         }
+        if (std::holds_alternative<Finish>(m)) {  // the launcher needed only the preparation (--preflight-only)
+          handler.on_message(std::move(m));
+          return;
+        }
         unexpected(m, "before the start");
       case State::Running:
         if (std::holds_alternative<Heartbeat>(m)) return;

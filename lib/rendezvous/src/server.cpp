@@ -377,8 +377,15 @@ struct RendezvousServer::Impl {
     if (p.node_rank == 0 && (r->master_port == 0 || r->master_port > 65535))
       throw ProtocolError(fmt::format("node 0 reported MASTER_PORT {}", r->master_port));
     ++ready;
-    if (auto refused = handler.on_node_ready(info(p), ready, options.nnodes)) {
-      fail(refused->message, refused->exit_code);
+    if (auto word = handler.on_node_ready(info(p), ready, options.nnodes)) {
+      if (const auto* refused = std::get_if<Abort>(&*word)) {
+        fail(refused->message, refused->exit_code);
+        return;
+      }
+      const auto& done = std::get<Finish>(*word);  // the launcher needs no more than the preparation
+      phase = Phase::Stopped;
+      close_all(&*word);
+      handler.on_failed(done.summary, done.exit_code);
       return;
     }
     if (ready == options.nnodes) start_all();

@@ -17,6 +17,7 @@
 #include "sgpu/launcher/outputs/summary.hpp"
 #include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/runs/detach.hpp"
 #include "sgpu/launcher/tracking/mlflow.hpp"
 
@@ -43,11 +44,12 @@ class RanksEnded final : public JobObserver {
 
 // A run that could not start still answers as any run does: summary.json
 // where a run directory was made, and the summary on stdout with -o json.
-void report_not_started(const LaunchContext& ctx, const Error& error) {
+// summary.json of a run whose ranks never started.
+nlohmann::json record_not_started(const LaunchContext& ctx, const std::string& reason, int code) {
   env::JobEnd end;
   end.kind = env::JobEnd::Kind::NotStarted;
-  end.reason = error.what();
-  end.code = error.exit_code();
+  end.reason = reason;
+  end.code = code;
   auto doc = not_started_json(ctx.run_id, ctx.run_dir, end);
   if (!ctx.run_dir.empty()) {
     try {
@@ -55,6 +57,11 @@ void report_not_started(const LaunchContext& ctx, const Error& error) {
     } catch (const Error&) {  // the error being reported is the one that matters
     }
   }
+  return doc;
+}
+
+void report_not_started(const LaunchContext& ctx, const Error& error) {
+  auto doc = record_not_started(ctx, error.what(), error.exit_code());
   if (ctx.spec.output_format != "json") return;
   auto text = dump_json(doc);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -67,6 +74,7 @@ LaunchContext context_of(LaunchRequest& request) {
   ctx.inherited = std::move(request.inherited);
   ctx.cwd = std::move(request.cwd);
   ctx.self_exe = std::move(request.self_exe);
+  if (ctx.spec.preflight.only) ctx.spec.preflight.enabled = true;
   return ctx;
 }
 
@@ -106,7 +114,7 @@ int launch(LaunchRequest request) {
       // backend's nodes check theirs between the rendezvous's Assign and
       // Start, and the ClusterJob judges them all.
       if (c.spec.preflight.enabled && info.name == "local") run_launch_preflight(c, plan);
-      if (!tracker) return {};
+      if (!tracker || c.spec.preflight.only) return {};  // a check alone is not a run to track
       tracked = tracker->begin(describe_run(c.spec, plan, c.inherited));
       return tracked ? tracked->env : env::Environment{};
     };
@@ -133,6 +141,16 @@ int launch(LaunchRequest request) {
     check_launch_preflight(ctx.spec, info);
     backend->check(ctx);
     result = backend->run(ctx, observe);
+  } catch (const preflight::PreflightDone& done) {
+    // --preflight-only: the check was the launch (sgpu doctor's report and codes).
+    int code = preflight::preflight_exit_code(done.result);
+    backend->release(code);
+    record_not_started(ctx, preflight::preflight_headline(done.result), code);
+    if (ctx.spec.output_format == "json")
+      fmt::print("{}\n", preflight::preflight_json(done.result).dump(2));
+    else
+      fmt::print("{}", preflight::preflight_text(done.result));
+    return code;
   } catch (const Error& e) {
     backend->release(e.exit_code());
     report_not_started(ctx, e);

@@ -30,6 +30,7 @@ void run_launch_preflight(const LaunchContext& ctx, const LaunchPlan& plan) {
   std::vector<int> indices;
   for (const auto& g : plan.gpus) indices.push_back(g.index);
   auto result = pf::preflight_gpus(indices, request);
+  if (ctx.spec.preflight.only) throw pf::PreflightDone(std::move(result));
   auto report = (std::filesystem::path(ctx.run_dir) / "preflight.json").string();
   if (auto refusal = pf::launch_refusal(result, report)) throw *refusal;
   fmt::print(stderr, "sgpu: {}\n", pf::preflight_headline(result));

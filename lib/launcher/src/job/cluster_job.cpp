@@ -85,6 +85,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   bool finished = false;
   std::optional<std::pair<std::string, int>> failure;
   std::vector<std::optional<preflight::NodeReport>> preflight_reports;  // --preflight, by node rank
+  std::optional<preflight::PreflightResult> preflight_done;             // --preflight-only: the verdict
 
   Impl(asio::io_context& io_, JobSpec s, ClusterOptions o, const env::Environment& inherited, std::string dir)
       : io(io_),
@@ -133,11 +134,12 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
 
   void on_joined(std::size_t count, std::uint32_t) override { joined = count; }
 
-  // --preflight: each node checked its GPUs before saying Ready. One failed
-  // node ends the rendezvous at once (the others' workers would wait for it
-  // until their time limit); once all have reported, the verdict over all.
-  std::optional<rdzv::Abort> on_node_ready(const rdzv::NodeInfo& node, std::size_t ready,
-                                           std::uint32_t nnodes) override {
+  // --preflight: each node checked its GPUs before saying Ready. A node whose
+  // all-reduce failed ends the rendezvous at once (the others' workers would
+  // wait for it until their time limit); once all have reported, the
+  // verdict over all.
+  std::optional<rdzv::Message> on_node_ready(const rdzv::NodeInfo& node, std::size_t ready,
+                                             std::uint32_t nnodes) override {
     if (!spec.preflight.enabled) return std::nullopt;
     if (preflight_reports.size() < nnodes) preflight_reports.resize(nnodes);
     preflight_reports[node.node_rank] = preflight::NodeReport{node.name, node.preflight};
@@ -147,15 +149,27 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     }
     bool complete = ready == nnodes;
     auto result = preflight::combine_reports(reports, preflight::preflight_request(spec), complete);
-    if (!complete && result.status == preflight::PreflightResult::Status::healthy) return std::nullopt;
+    // Early, only what stops the all-reduce (a node's workers failed, or it
+    // has no NCCL): the others' workers would wait for it. A GPU's health is
+    // judged with every node's report.
+    if (!complete && result.status != preflight::PreflightResult::Status::unavailable &&
+        result.allreduce.verdict != preflight::Verdict::fail)
+      return std::nullopt;
     auto report = (std::filesystem::path(run_dir) / "preflight.json").string();
     try {
       preflight::keep_report(result, run_dir);
     } catch (const Error& e) {
       options.notice(fmt::format("warning: {}", e.what()));
     }
-    if (auto refusal = preflight::launch_refusal(result, report))
-      return rdzv::Abort{refusal->what(), refusal->exit_code()};
+    auto refusal = preflight::launch_refusal(result, report);
+    if (spec.preflight.only) {  // the check was the job: every node ends here
+      auto code = preflight::preflight_exit_code(result);
+      auto headline = preflight::preflight_headline(result);
+      preflight_done = std::move(result);
+      if (refusal) return rdzv::Abort{refusal->what(), refusal->exit_code()};
+      return rdzv::Finish{code, headline};
+    }
+    if (refusal) return rdzv::Abort{refusal->what(), refusal->exit_code()};
     options.notice(preflight::preflight_headline(result));
     return std::nullopt;
   }
@@ -495,6 +509,7 @@ JobOutcome ClusterJob::run(const ObserverFactory& make_observer) {
   s.arm_progress(kFirstProgress);
   s.io.run();
   s.io.restart();
+  if (s.preflight_done) throw preflight::PreflightDone(std::move(*s.preflight_done));
   if (s.failure) throw Error(s.failure->first, s.failure->second);
   return s.outcome;
 }

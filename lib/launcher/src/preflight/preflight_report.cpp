@@ -136,9 +136,10 @@ std::string preflight_text(const PreflightResult& r) {
   auto node_cell = [&](const std::string& node) {
     return node_width == 0 ? std::string() : fmt::format("{:<{}} ", node, std::max<std::size_t>(node_width, 4));
   };
-  std::string out = fmt::format("sgpu doctor: {} GPU{}{}, NCCL {}, {:.1f}s\n\n", r.gpus.size(),
-                                r.gpus.size() == 1 ? "" : "s", node_width > 0 ? fmt::format(" on {} nodes", nodes) : "",
-                                nccl_version_text(r.nccl_version), r.duration_s);
+  std::string out =
+      fmt::format("sgpu doctor: {} GPU{}{}, NCCL {}, {:.1f}s\n\n", r.gpus.size(), r.gpus.size() == 1 ? "" : "s",
+                  node_width > 0 ? fmt::format(" on {} node{}", nodes, nodes == 1 ? "" : "s") : "",
+                  nccl_version_text(r.nccl_version), r.duration_s);
   if (!r.health_note.empty()) out += r.health_note + "\n";
   out +=
       node_cell("node") + fmt::format("{:<4} {:<8} {:<17} {:>13} {:>5} {:>11} {:>6} {:>8}  {}\n", "GPU", "type",
@@ -204,7 +205,7 @@ std::string preflight_headline(const PreflightResult& r) {
   for (std::size_t i = 0; i < r.gpus.size(); ++i)
     nodes += !r.gpus[i].health.node.empty() && (i == 0 || r.gpus[i].health.node != r.gpus[i - 1].health.node);
   return fmt::format("preflight: {} GPU{}{} healthy{} in {:.1f}s{}", r.gpus.size(), r.gpus.size() == 1 ? "" : "s",
-                     nodes > 0 ? fmt::format(" on {} nodes", nodes) : "",
+                     nodes > 0 ? fmt::format(" on {} node{}", nodes, nodes == 1 ? "" : "s") : "",
                      r.verdict == Verdict::warn ? " with warnings" : "", r.duration_s, bw);
 }
 

@@ -244,6 +244,12 @@ std::vector<KeyInfo> make_keys() {
        .help = "check the job's GPUs first (NVML health, an NCCL all-reduce, as sgpu doctor does); a failed check "
                "stops the launch before any rank starts",
        .apply = [](JobSpec& s, const S& v) { s.preflight.enabled = as_bool(v); }},
+      {.path = "preflight.only",
+       .kind = K::Bool,
+       .flags = "--preflight-only",
+       .help = "only check the job's GPUs, on every node, and print sgpu doctor's report: no rank starts, the "
+               "entrypoint may be left out (exit 0 healthy, 1 a check failed, 3 nothing to check)",
+       .apply = [](JobSpec& s, const S& v) { s.preflight.only = as_bool(v); }},
       {.path = "preflight.max_bytes",
        .help = "the preflight's largest all-reduce, where its bus bandwidth is judged (default 1G)",
        .apply = [](JobSpec& s, const S& v) { s.preflight.max_bytes = as_string(v); }},

@@ -75,7 +75,7 @@ TEST_CASE("launcher::encode_job and decode_job") {
   job.spec.ray_metrics = true;
   job.cwd = "/home/me/project";
   job.added_env = {{"MLFLOW_RUN_ID", "abc"}};
-  job.spec.preflight = {true, "64K", 3, "30s", "12.5"};
+  job.spec.preflight = {true, false, "64K", 3, "30s", "12.5"};
   auto back = decode_job(encode_job(job));
   CHECK(back.spec.preflight.enabled);
   CHECK(back.spec.preflight.max_bytes == "64K");

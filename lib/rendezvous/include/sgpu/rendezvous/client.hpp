@@ -33,7 +33,8 @@ class ClientHandler {
   // preflight). Throwing sgpu::Error aborts as above.
   virtual std::optional<Ready> on_assign(const Assign& assign) = 0;
   virtual void on_start(const Start& start) = 0;
-  // PreflightId while preparing; Signal, Restart and Finish during the run.
+  // PreflightId while preparing; Finish instead of Start (--preflight-only);
+  // Signal, Restart and Finish during the run.
   virtual void on_message(Message&& message) = 0;
   // The end of the client, once: refused, aborted, the launcher unreachable,
   // gone or silent. Not called after close().

@@ -56,10 +56,11 @@ class ServerHandler {
   virtual void on_notice(const std::string& text) = 0;
   virtual void on_joined(std::size_t /*joined*/, std::uint32_t /*nnodes*/) {}
   // Node `node` said Ready, the `ready`-th of `nnodes` (its preflight report
-  // in node.preflight). An Abort returned ends the rendezvous with it, on
-  // every node, before any starts.
-  virtual std::optional<Abort> on_node_ready(const NodeInfo& /*node*/, std::size_t /*ready*/,
-                                             std::uint32_t /*nnodes*/) {
+  // in node.preflight). An Abort or a Finish returned ends the rendezvous
+  // with it, on every node, before any starts (then on_failed is called
+  // with its message or summary and code).
+  virtual std::optional<Message> on_node_ready(const NodeInfo& /*node*/, std::size_t /*ready*/,
+                                               std::uint32_t /*nnodes*/) {
     return std::nullopt;
   }
   // Every node joined and is ready; Start has been sent to all.
@@ -70,7 +71,8 @@ class ServerHandler {
   // NodeDone, until the run is finished: it cannot take part in a restart).
   virtual void on_node_lost(std::uint32_t node_rank, const std::string& why) = 0;
   // The rendezvous cannot complete (timeout, conflicting requests, an agent
-  // that cannot run); every agent has been sent Abort.
+  // that cannot run); every agent has been sent Abort. Also after a Finish
+  // that on_node_ready returned.
   virtual void on_failed(const std::string& message, int exit_code) = 0;
 };
 

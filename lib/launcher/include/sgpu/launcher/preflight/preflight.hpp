@@ -12,6 +12,7 @@
 // together (combine_reports).
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -129,8 +130,8 @@ struct NodeReport {
 
 // One result from the nodes' reports, in node-rank order: their GPUs and
 // links, and one all-reduce table over all the ranks. `complete` is false
-// while reports are still to come: only what has failed so far is judged
-// (a partial bandwidth is not). Across nodes the bandwidth depends on the
+// while reports are still to come: what has failed so far is judged, the
+// bandwidth is not (result.allreduce fails only for the workers' failures). Across nodes the bandwidth depends on the
 // network, so only request.expect_busbw sets an expectation. Pure: never
 // throws; a report it cannot read is a failure naming its node.
 PreflightResult combine_reports(const std::vector<NodeReport>& nodes, const PreflightRequest& request, bool complete);
@@ -150,6 +151,15 @@ std::string preflight_headline(const PreflightResult& result);
 // headline), else the error that stops it before any rank starts: the
 // headline, every failure, the report's path; exit 1 failed, 3 unavailable.
 std::optional<Error> launch_refusal(const PreflightResult& result, const std::string& report_path);
+// `--preflight-only`: the check is the whole launch. Thrown (not an
+// sgpu::Error) where the ranks would start, with the result; the engine
+// prints it as `sgpu doctor` does and exits with its code.
+struct PreflightDone : std::exception {
+  PreflightResult result;
+  explicit PreflightDone(PreflightResult r) : result(std::move(r)) {}
+  const char* what() const noexcept override { return "preflight only: the GPUs were checked, no rank started"; }
+};
+
 // "1 MiB", "8 B", "1 GiB".
 std::string format_bytes(std::uint64_t bytes);
 

@@ -75,6 +75,7 @@ struct MlflowSpec {
 // the same checks as `sgpu doctor` on exactly the job's GPUs).
 struct PreflightSpec {
   bool enabled = false;
+  bool only = false;             // --preflight-only: the check and its report, no rank (implies enabled)
   std::string max_bytes = "1G";  // the largest all-reduce, where the bus bandwidth is judged
   int iters = 20;                // timed all-reduces per size
   std::string timeout = "3m";    // the whole check, setup included
