@@ -73,6 +73,7 @@ struct AllReduceRun::Impl : std::enable_shared_from_this<AllReduceRun::Impl> {
   // The owner is gone: kill what runs, report to nobody.
   void abandon() {
     on_done_ = nullptr;
+    share_.on_unique_id = nullptr;  // its owner is going too
     stop();
   }
 

@@ -66,9 +66,9 @@ NodePreflight::NodePreflight(boost::asio::io_context& io, PreflightRequest reque
   }
   impl_->health = query_health(request.gpus);
   impl_->run = std::make_unique<AllReduceRun>(io, request, AllReduceShare{rank_base, nranks, std::move(on_unique_id)},
-                                              [impl = impl_.get()](AllReduceOutcome outcome) {
-                                                auto why = outcome.unavailable;
-                                                impl->report(outcome, why);
+                                              [weak = std::weak_ptr<Impl>(impl_)](AllReduceOutcome outcome) {
+                                                // posted: this may have been destroyed since
+                                                if (auto impl = weak.lock()) impl->report(outcome, outcome.unavailable);
                                               });
 }
 
