@@ -1,25 +1,72 @@
 #include "sgpu/launcher/process/orphan_guard.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "process/spawn.hpp"
 #include "sgpu/env/error.hpp"
 
 namespace sgpu::launcher {
+
+// orphan_guard_image.cpp, generated: the executable of orphan_guard_program.cpp (empty where it is not built).
+extern const unsigned char kOrphanGuardImage[];
+extern const std::size_t kOrphanGuardImage_size;
+
 namespace {
 
 struct Record {
   int op;  // +1 watch, -1 forget
   pid_t group;
 };
+
+// Starts the guard's own program from memory with `pipe` as its standard
+// input; -1 when it cannot (no image for this machine, memfd or exec
+// refused, e.g. vm.memfd_noexec=2): the caller forks instead.
+pid_t spawn_program(int pipe) {
+  if (kOrphanGuardImage_size == 0) return -1;
+#ifdef MFD_EXEC
+  int image = ::memfd_create("sgpu-orphan-guard", MFD_CLOEXEC | MFD_EXEC);
+  if (image < 0 && errno == EINVAL) image = ::memfd_create("sgpu-orphan-guard", MFD_CLOEXEC);  // before Linux 6.3
+#else
+  int image = ::memfd_create("sgpu-orphan-guard", MFD_CLOEXEC);
+#endif
+  if (image < 0) return -1;
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  pid_t pid = -1;
+  if (devnull >= 0 &&
+      ::write(image, kOrphanGuardImage, kOrphanGuardImage_size) == static_cast<ssize_t>(kOrphanGuardImage_size)) {
+    const char* argv[] = {"sgpu-guard", nullptr};
+    const char* envp[] = {nullptr};
+    SpawnRequest req;
+    req.path = "sgpu-guard";
+    req.exec_fd = image;
+    req.argv = argv;
+    req.envp = envp;
+    req.stdio[0] = pipe;
+    req.stdio[1] = devnull;
+    req.stdio[2] = devnull;
+    // No parent-death signal: the guard must outlive sgpu, to act when sgpu dies.
+    try {
+      auto child = spawn_process(req);
+      ::close(child.pidfd);
+      pid = child.pid;
+    } catch (const std::system_error&) {
+    }
+  }
+  if (devnull >= 0) ::close(devnull);
+  ::close(image);
+  return pid;
+}
 
 [[noreturn]] void guardian_main(int fd) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_IGN);
@@ -56,7 +103,8 @@ OrphanGuard::OrphanGuard() {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0)
     throw Error(fmt::format("cannot create the orphan guard's pipe: {}", std::strerror(errno)), 1);
-  guardian_ = ::fork();
+  guardian_ = spawn_program(p[0]);
+  if (guardian_ < 0) guardian_ = ::fork();  // a copy of sgpu, more memory: only where the program cannot start
   if (guardian_ < 0) {
     int err = errno;
     ::close(p[0]);

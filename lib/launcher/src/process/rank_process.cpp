@@ -32,11 +32,22 @@ std::vector<const char*> pointers(const std::vector<std::string>& strings) {
 }
 }  // namespace
 
+std::size_t rank_pipe_size(std::size_t ranks) {
+  constexpr std::size_t kDefault = 64 << 10;
+  constexpr std::size_t kMax = 256 << 10;
+  constexpr std::size_t kBudget = 16 << 20;
+  if (ranks == 0) return 0;
+  std::size_t size = kMax;
+  while (size > kDefault && size * ranks > kBudget) size /= 2;
+  return size > kDefault ? size : 0;
+}
+
 struct RankProcess::Impl {
   bp::process proc;
 };
 
-RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files)
+RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files,
+                         std::size_t stdout_pipe)
     : out_(io), err_(io) {
   auto env_strings = environment_strings(launch.env);
   auto envp = pointers(env_strings);
@@ -50,6 +61,7 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
   // Only sgpu's ends: the rank's stay blocking, as a program expects of its stdout.
   ::fcntl(fds.fd[0], F_SETFL, O_NONBLOCK);
   ::fcntl(fds.fd[2], F_SETFL, O_NONBLOCK);
+  if (stdout_pipe > 0) ::fcntl(fds.fd[0], F_SETPIPE_SZ, static_cast<int>(stdout_pipe));  // refused: the default
 
   SpawnRequest req;
   req.path = launch.executable.c_str();

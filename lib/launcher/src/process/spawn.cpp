@@ -52,7 +52,10 @@ int child_main(void* arg) {
       ::_exit(127);
     }
   }
-  ::close_range(3, ~0U, 0);  // only 0-2 cross: no pipe of another rank, no socket of sgpu's
+  // Only 0-2 cross: no pipe of another rank, no socket of sgpu's (an exec_fd
+  // stays open to exec, and closes with it: close-on-exec).
+  if (req.exec_fd > 3) ::close_range(3, static_cast<unsigned>(req.exec_fd) - 1, 0);
+  ::close_range(req.exec_fd >= 3 ? static_cast<unsigned>(req.exec_fd) + 1 : 3U, ~0U, 0);
   if (req.open_files) ::setrlimit(RLIMIT_NOFILE, req.open_files);
   if (req.cwd && ::chdir(req.cwd) != 0) {
     child.error = errno;
@@ -61,7 +64,10 @@ int child_main(void* arg) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::execve(req.path, const_cast<char* const*>(req.argv), const_cast<char* const*>(req.envp));
+  if (req.exec_fd >= 0)
+    ::fexecve(req.exec_fd, const_cast<char* const*>(req.argv), const_cast<char* const*>(req.envp));
+  else
+    ::execve(req.path, const_cast<char* const*>(req.argv), const_cast<char* const*>(req.envp));
   child.error = errno;
   ::_exit(127);
 }

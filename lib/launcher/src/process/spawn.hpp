@@ -11,6 +11,7 @@ namespace sgpu::launcher {
 
 struct SpawnRequest {
   const char* path = nullptr;          // absolute
+  int exec_fd = -1;                    // >= 0: exec this open file instead (fexecve), `path` only names it
   const char* const* argv = nullptr;   // argv[0] included, null-terminated
   const char* const* envp = nullptr;   // "NAME=value", null-terminated
   const char* cwd = nullptr;           // nullptr: sgpu's own

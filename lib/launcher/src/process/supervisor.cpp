@@ -21,7 +21,9 @@ namespace sgpu::launcher {
 namespace asio = boost::asio;
 
 namespace {
-constexpr std::size_t kReadChunk = 64 * 1024;
+// One read takes up to a full stdout pipe (rank_pipe_size): fewer reads, and
+// fewer and bigger writes to the console and the logs.
+constexpr std::size_t kReadChunk = 256 << 10;
 // Ranks started between two turns of the event loop.
 constexpr std::size_t kSpawnBatch = 32;
 // After the last rank exits, how long a pipe may stay open (held by a process
@@ -53,9 +55,12 @@ struct Supervisor::State : JobControl::Actions {
   int open_pipes = 0;
   std::vector<RankLaunch> launches;  // while spawning: the ranks to start
   bool spawning = false;
-  rlimit open_files{};                 // sgpu's RLIMIT_NOFILE before raising it: what ranks get
-  std::weak_ptr<OutputFlow> flow;      // the console's backpressure, if any
-  std::array<char, kReadChunk> chunk;  // every pipe is read into this, one at a time
+  rlimit open_files{};             // sgpu's RLIMIT_NOFILE before raising it: what ranks get
+  std::weak_ptr<OutputFlow> flow;  // the console's backpressure, if any
+  std::size_t stdout_pipe = 0;     // each rank's stdout pipe size (rank_pipe_size)
+  // Every pipe is read into this, one at a time; allocated on the first
+  // read (a job that prints nothing never needs it).
+  std::unique_ptr<char[]> chunk;
 
   ~State() {
     if (auto console = flow.lock()) console->forget_waiting();  // they point into this
@@ -93,8 +98,9 @@ struct Supervisor::State : JobControl::Actions {
   // queue (post), so a busy rank never starves the others or the timers.
   void read(Rank& r, Stream stream) {
     auto& pipe = stream == Stream::Out ? r.process->out() : r.process->err();
+    if (!chunk) chunk.reset(new char[kReadChunk]);  // NOLINT: uninitialised on purpose, read() fills it
     ssize_t n = 0;
-    while ((n = ::read(pipe.native_handle(), chunk.data(), chunk.size())) < 0 && errno == EINTR) {
+    while ((n = ::read(pipe.native_handle(), chunk.get(), kReadChunk)) < 0 && errno == EINTR) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pipe.async_wait(asio::posix::stream_descriptor::wait_read, [this, &r, stream](boost::system::error_code ec) {
@@ -107,7 +113,7 @@ struct Supervisor::State : JobControl::Actions {
       return;
     }
     if (n > 0)
-      observer.on_rank_output(r.record.rank, stream, std::string_view(chunk.data(), static_cast<std::size_t>(n)));
+      observer.on_rank_output(r.record.rank, stream, std::string_view(chunk.get(), static_cast<std::size_t>(n)));
     if (n <= 0) {  // end of file, or an error: nothing more comes from this pipe
       close_pipe(r, stream);
       return;
@@ -178,7 +184,7 @@ struct Supervisor::State : JobControl::Actions {
     auto rank = std::make_unique<Rank>();
     rank->record.rank = launch.rank;
     try {
-      rank->process = std::make_unique<RankProcess>(io, launch, &open_files);
+      rank->process = std::make_unique<RankProcess>(io, launch, &open_files, stdout_pipe);
     } catch (const std::system_error& e) {
       env::JobEnd end;
       end.kind = env::JobEnd::Kind::SpawnFailed;
@@ -275,6 +281,7 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
   s.on_finished = std::move(on_finished);
   s.outcome.started = Clock::now();
   s.open_files = raise_open_files_limit(static_cast<int>(launches.size()));
+  s.stdout_pipe = rank_pipe_size(launches.size());
   s.control.watch_signals();
   // The timeout and signals act from now on, also while a large job is still starting.
   s.control.start();

@@ -24,12 +24,25 @@ struct RankLaunch {
   std::string cwd;
 };
 
+// How big to make each rank's stdout pipe when `ranks` run on this node (pure).
+// A bigger pipe lets sgpu take more per read and the rank write longer between
+// waits: 256 KiB (read whole) cut sgpu's CPU per GiB forwarded by a fifth
+// against 64 KiB (section 4 of BENCHMARKS.md); 1 MiB was no better, and at
+// times far worse (the copies no longer fit the CPU's cache). The sizes share
+// a budget of 16 MiB, because the kernel counts pipe capacity per user
+// (fs.pipe-user-pages-soft, 64 MiB by default) and, past it, gives that
+// user's new pipes two pages. 0: leave the kernel's default (64 KiB).
+std::size_t rank_pipe_size(std::size_t ranks);
+
 class RankProcess {
  public:
   // Starts the process; on failure throws std::system_error with the errno of
   // the failed exec (ENOENT, EACCES, ...). `open_files`: the RLIMIT_NOFILE the
   // rank gets (sgpu's own before it raised it), nullptr for sgpu's.
-  RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files = nullptr);
+  // `stdout_pipe`: the stdout pipe's size (rank_pipe_size), 0 for the
+  // default; a size the kernel refuses leaves the default.
+  RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files = nullptr,
+              std::size_t stdout_pipe = 0);
   ~RankProcess();
   RankProcess(const RankProcess&) = delete;
   RankProcess& operator=(const RankProcess&) = delete;
