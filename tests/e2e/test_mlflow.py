@@ -70,6 +70,10 @@ def test_a_launch_is_a_run_the_ranks_log_into(tracked, tmp_path):
     assert {"summary.json", "spec.json", "events.jsonl", "ranks/0/stdout"} <= set(run["artifacts"])
     assert "ranks/0/stderr" not in run["artifacts"]  # rank 0 wrote nothing there: an empty log is not uploaded
     assert run["summary"]["run_id"] == summary["run_id"]
+    # The run is awaited only once the outputs exist: spec.json still lists the variables every rank got.
+    with open(os.path.join(summary["run_dir"], "spec.json")) as f:
+        for spec in (json.load(f), summary["spec"]):
+            assert spec["env"]["MLFLOW_RUN_ID"] == run_id and spec["env"]["MY_API_TOKEN"] == "****", spec["env"]
     for secret in ("hunter2", "pw1"):
         assert secret not in json.dumps(run), json.dumps(run)[max(0, json.dumps(run).find(secret) - 300):][:400]
 

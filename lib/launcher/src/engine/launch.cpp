@@ -106,33 +106,45 @@ int launch(LaunchRequest request) {
   std::optional<MlflowTracker> tracker;
   std::optional<TrackedRun> tracked;
   // Just before the ranks start, in order: the preflight (a launch that fails
-  // it makes no MLflow run), then MLflow's run, whose variables every rank gets.
+  // it makes no MLflow run), then MLflow's run, whose variables every rank
+  // gets. The run is asked for at once and awaited only by the ranks: the
+  // server works on it while the outputs and the supervisor are made ready.
   if (tracking) tracker.emplace(io, std::move(*tracking));  // runs the loop only while its calls are in flight
+  std::unique_ptr<JobOutputs> outputs;
+  std::optional<RanksEnded> ranks_ended;  // the observer when tracked
+  // The run's link and spec.json's upload, once both the run and the
+  // outputs exist (on one node the outputs come first, on many the run).
+  auto track_outputs = [&](const LaunchPlan& plan) {
+    if (!tracked || !outputs) return;
+    outputs->set_tracking({tracked->run_id, tracked->url}, tracked->env);
+    // spec.json is final now: it goes beside the job, not at its end.
+    tracker->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
+    outputs->add_observer(ranks_ended.emplace(plan.ranks.size(), [&] { tracker->ranks_ended(); }));
+  };
+  std::optional<LaunchPlan> job_plan;
   if (ctx.spec.preflight.enabled || tracker) {
-    ctx.before_start = [&](LaunchContext& c, const LaunchPlan& plan) -> env::Environment {
+    ctx.before_start = [&](LaunchContext& c, const LaunchPlan& plan) {
       // The local backend's GPUs are this node's: checked here. A multi-node
       // backend's nodes check theirs between the rendezvous's Assign and
       // Start, and the ClusterJob judges them all.
       if (c.spec.preflight.enabled && info.name == "local") run_launch_preflight(c, plan);
-      if (!tracker || c.spec.preflight.only) return {};  // a check alone is not a run to track
-      tracked = tracker->begin(describe_run(c.spec, plan, c.inherited));
+      // A check alone (--preflight-only) is not a run to track.
+      if (tracker && !c.spec.preflight.only) tracker->begin(describe_run(c.spec, plan, c.inherited));
+    };
+  }
+  if (tracker) {
+    ctx.ranks_env = [&](LaunchContext&) -> env::Environment {
+      tracked = tracker->await_run();
+      if (job_plan) track_outputs(*job_plan);
       return tracked ? tracked->env : env::Environment{};
     };
   }
   // The console, logs and report are made once the ranks are placed.
-  std::unique_ptr<JobOutputs> outputs;
-  std::optional<RanksEnded> ranks_ended;  // the observer when tracked
-  std::optional<LaunchPlan> job_plan;
   ObserverFactory observe = [&](boost::asio::io_context& loop, const LaunchPlan& plan) -> JobObserver& {
     check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
     outputs = std::make_unique<JobOutputs>(loop, ctx.spec, plan, ctx.inherited);
     job_plan = plan;
-    if (tracked) {
-      outputs->set_tracking({tracked->run_id, tracked->url});
-      // spec.json is final now: it goes beside the job, not at its end.
-      tracker->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
-      outputs->add_observer(ranks_ended.emplace(plan.ranks.size(), [&] { tracker->ranks_ended(); }));
-    }
+    track_outputs(plan);
     return outputs->observer();
   };
   BackendRun result;
@@ -155,7 +167,9 @@ int launch(LaunchRequest request) {
     backend->release(e.exit_code());
     report_not_started(ctx, e);
     // A run that the nodes never started (the rendezvous failed, a host
-    // was unreachable) still ends its MLflow run, as FAILED with the code.
+    // was unreachable) still ends its MLflow run, as FAILED with the code;
+    // one asked for and not awaited yet is awaited first.
+    if (tracker && !tracked) tracked = tracker->await_run();
     if (tracked) tracker->end(describe_not_started(e.exit_code()));
     throw;
   }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -12,6 +13,7 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/secrets.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/outputs/console_sink.hpp"
 #include "sgpu/launcher/outputs/error_file.hpp"
@@ -335,7 +337,25 @@ JobObserver& JobOutputs::observer() { return impl_->fanout; }
 
 void JobOutputs::add_observer(JobObserver& other) { impl_->fanout.add(other); }
 
-void JobOutputs::set_tracking(TrackingLink link) { impl_->tracking = std::move(link); }
+void JobOutputs::set_tracking(TrackingLink link, const env::Environment& env) {
+  auto& s = *impl_;
+  s.tracking = std::move(link);
+  // spec.json's env as spec_json() writes it: sorted by name, secrets masked.
+  auto& written = s.spec["env"];
+  std::map<std::string, std::string> merged;
+  for (const auto& [name, value] : written.items()) merged[name] = value.get<std::string>();
+  bool changed = false;
+  for (const auto& [name, value] : env) {
+    auto masked = env::mask_secret(name, value);
+    if (auto it = merged.find(name); it != merged.end() && it->second == masked) continue;
+    merged[name] = std::move(masked);
+    changed = true;
+  }
+  if (!changed) return;
+  written = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : merged) written[name] = value;
+  write_file_atomic((fs::path(s.plan.run_dir) / "spec.json").string(), dump_json(s.spec));
+}
 
 int JobOutputs::finish(const JobOutcome& outcome) {
   auto& s = *impl_;

@@ -223,6 +223,11 @@ struct Call : std::enable_shared_from_this<Call> {
   void on_connect(error_code ec) {
     if (finished) return;
     if (ec) return fail(ec, "cannot connect");
+    // Each request leaves in one write when it fits the socket's buffer; a
+    // bigger one (a long console log) must not wait, between its writes, for
+    // the server to acknowledge the first (Nagle's algorithm).
+    error_code ignored;
+    conn->tcp().socket().set_option(tcp::no_delay(true), ignored);
     if (!conn->secure) return send();
     conn->secure->async_handshake(ssl::stream_base::client, [self = shared_from_this()](error_code ec2) {
       if (self->finished) return;

@@ -54,6 +54,7 @@ struct MlflowTracker::Impl {
   mlflow::KeyValues pending_params;  // not sent yet (kParamsAfter)
   boost::asio::steady_timer params_timer;
   bool ending = false;  // end() has begun
+  bool begun = false;   // begin() sent the run's creation; await_run() has not waited for it yet
 
   // One phase (begin or end): its deadline and its first failure. The
   // params of begin may still be in flight when end starts: each call
@@ -219,11 +220,18 @@ MlflowTracker::MlflowTracker(boost::asio::io_context& io, MlflowConfig config)
 
 MlflowTracker::~MlflowTracker() = default;
 
-std::optional<TrackedRun> MlflowTracker::begin(const RunDescription& job) {
+void MlflowTracker::begin(const RunDescription& job) {
   auto& s = *impl_;
   s.start_phase(s.begin_failure);
+  s.begun = true;
   s.world_size_logged = job.world_size > 0;
-  s.with_experiment([&s, &job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
+  s.with_experiment([&s, job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
+}
+
+std::optional<TrackedRun> MlflowTracker::await_run() {
+  auto& s = *impl_;
+  if (!s.begun) return std::nullopt;
+  s.begun = false;
   // The ranks need only the run's id: its params go on beside the job, on
   // the same loop, once it has run kParamsAfter (end() waits for them, and
   // says so if they failed), or with the end's metrics.

@@ -55,21 +55,28 @@ struct LaunchContext {
   // Called by a backend once its run directory exists and before anything
   // asynchronous starts (`--detach` continues in a child from there).
   std::function<void(const LaunchContext&)> run_dir_made;
-  // Called by a backend with the job's plan just before its ranks start.
-  // Returns the variables every rank gets on top of the spec's (MLflow's
-  // run): the backend adds them to spec.env, so later attempts get them too.
-  std::function<env::Environment(LaunchContext&, const LaunchPlan&)> before_start;
+  // Called by a backend with the job's plan once its run directory exists,
+  // before its ranks start: the steps that come first (the preflight), and
+  // the start of those that go on beside the backend's own preparations
+  // (MLflow's run being created).
+  std::function<void(LaunchContext&, const LaunchPlan&)> before_start;
+  // Called by the backend after before_start, just before its first rank
+  // starts: waits for what before_start began, and returns the variables
+  // every rank gets on top of the spec's (MLflow's run): the backend adds
+  // them to spec.env, so later attempts get them too.
+  std::function<env::Environment(LaunchContext&)> ranks_env;
 };
 
 // ClusterOptions::before_start for a backend whose nodes join a ClusterJob:
-// the engine's steps (ctx.before_start), whose variables then travel to
-// every node. Empty when the engine has none.
+// the engine's steps (ctx.before_start, then ctx.ranks_env), whose variables
+// then travel to every node. Empty when the engine has none.
 inline std::function<env::Environment(const LaunchPlan&)> cluster_before_start(LaunchContext& ctx) {
-  if (!ctx.before_start) return {};
+  if (!ctx.before_start && !ctx.ranks_env) return {};
   return [&ctx](const LaunchPlan& plan) {
     ctx.run_id = plan.run_id;
     ctx.run_dir = plan.run_dir;
-    auto added = ctx.before_start(ctx, plan);
+    if (ctx.before_start) ctx.before_start(ctx, plan);
+    auto added = ctx.ranks_env ? ctx.ranks_env(ctx) : env::Environment{};
     for (const auto& [name, value] : added) ctx.spec.env[name] = value;
     return added;
   };

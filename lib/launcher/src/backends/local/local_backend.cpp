@@ -43,12 +43,7 @@ class LocalBackend : public Backend {
     ctx.run_dir = create_run_dir(root, in.run_id, ranks_);
     ctx.run_id = in.run_id;
     if (ctx.run_dir_made) ctx.run_dir_made(ctx);
-    if (ctx.before_start) {
-      for (const auto& [name, value] : ctx.before_start(ctx, plan)) {
-        ctx.spec.env[name] = value;  // later attempts' plans too
-        for (auto& r : plan.ranks) r.env[name] = value;
-      }
-    }
+    if (ctx.before_start) ctx.before_start(ctx, plan);
     if (plan.omp_defaulted && ranks_ > 1)
       fmt::print(stderr,
                  "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "
@@ -74,6 +69,14 @@ class LocalBackend : public Backend {
       };
     }
     Supervisor supervisor(io, observer, options);
+    // What before_start began (MLflow's run) went on beside the outputs and
+    // the supervisor being made ready; the ranks wait for it, and only they.
+    if (ctx.ranks_env) {
+      for (const auto& [name, value] : ctx.ranks_env(ctx)) {
+        ctx.spec.env[name] = value;  // later attempts' plans too
+        for (auto& r : plan.ranks) r.env[name] = value;
+      }
+    }
     return {supervisor.run(launches_of(plan)), {}};
   }
 

@@ -38,7 +38,9 @@ class JobOutputs {
   // outlive this object's use by the job).
   void add_observer(JobObserver& other);
   // The MLflow run the launch is tracked as: in the report and the summary.
-  void set_tracking(TrackingLink link);
+  // `env`, the variables it gives every rank, joins spec.json's when the run
+  // came after the outputs were made (on one node it is awaited beside them).
+  void set_tracking(TrackingLink link, const env::Environment& env);
   // Reports the outcome everywhere it goes; returns sgpu's exit code.
   int finish(const JobOutcome& outcome);
 

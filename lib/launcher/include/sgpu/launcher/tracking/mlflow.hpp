@@ -1,8 +1,9 @@
 #pragma once
 // Every launch as an MLflow run (README "Experiment tracking"). The launcher
-// creates the run before the ranks start (begin), hands every rank
+// creates the run before the ranks start (begin: sent as soon as the run
+// directory exists; await_run: answered before the first rank), hands every rank
 // MLFLOW_TRACKING_URI, MLFLOW_RUN_ID and MLFLOW_EXPERIMENT_ID, and closes it
-// when the job has ended (end): metrics, artifacts, status. Both run on the
+// when the job has ended (end): metrics, artifacts, status. All run on the
 // launcher's Asio loop with a deadline (mlflow.timeout): a server that is
 // down, slow or silent gets a one-line warning and the job goes on untracked;
 // it never changes the job's exit code.
@@ -97,11 +98,16 @@ class MlflowTracker {
   MlflowTracker(const MlflowTracker&) = delete;
   MlflowTracker& operator=(const MlflowTracker&) = delete;
 
-  // Creates the run (its experiment too, when named and missing) with its
-  // tags. Runs `io` until that is done, at most config.timeout. The params
-  // go out once the ranks have run 1 s, or with end()'s metrics.
-  // Prints the run's link on stderr, or a warning and returns nullopt.
-  std::optional<TrackedRun> begin(const RunDescription& job);
+  // Sends the run's creation (its experiment's too, when named and missing)
+  // with its tags, and returns: the server works on it while the launch
+  // makes ready. await_run() waits for the answer.
+  void begin(const RunDescription& job);
+
+  // Runs `io` until the run begin() asked for exists, at most
+  // config.timeout after begin(). The params go out once the ranks have run
+  // 1 s, or with end()'s metrics. Prints the run's link on stderr, or a
+  // warning and returns nullopt (also when begin() was not called).
+  std::optional<TrackedRun> await_run();
 
   // Every rank has exited, or the job tears down: the params, when not sent
   // yet, wait for end() (with the metrics, in one call), and nothing of the
