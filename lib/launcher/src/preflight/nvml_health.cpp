@@ -66,12 +66,8 @@ std::optional<T> ask(F f, A... args) {
 }
 
 GpuHealth read_gpu(Nvml& nvml, Dev d, const env::Gpu& gpu) {
-  GpuHealth h;
-  h.index = gpu.index;
-  h.name = gpu.name;
-  h.type = gpu.type;
-  h.uuid = gpu.uuid;
-  h.pci_bus_id = gpu.pci_bus_id;
+  GpuHealth h = unread(gpu);
+  h.read = true;
   h.memory_total = gpu.memory_bytes;
   if (auto m = ask<Memory>(nvml.memory, d)) {
     h.memory_total = m->total;
@@ -142,9 +138,8 @@ HealthReport query_health(const std::vector<env::Gpu>& gpus) {
     if (d != nullptr) {
       report.gpus.push_back(read_gpu(nvml, d, g));
     } else {
-      auto h = unread(g);
-      h.read = true;  // NVML runs; it only does not know this bus id (facts unset)
-      report.gpus.push_back(h);
+      report.gpus.push_back(unread(g));
+      report.gpus.back().read = true;  // NVML runs; it only does not know this bus id (facts unset)
     }
   }
   for (std::size_t i = 0; i < gpus.size(); ++i) {
