@@ -302,3 +302,22 @@ def test_rdzv_endpoint_says_where_agents_reach_the_launcher(sgpu):
         assert hosts.hosts[0].addr in bad.stderr or hosts.hosts[1].addr in bad.stderr, bad.stderr
         for h in hosts.hosts:
             assert job_processes(h) == []
+
+
+def test_preflight_only_checks_every_hosts_gpus_through_ssh(sgpu, tmp_path):
+    # Each host's sshd gives its sessions the fake driver libraries (the hosts
+    # share this machine's files): the agents check the GPUs, node 0's NCCL id
+    # reaches the other host through the rendezvous, and nothing else runs.
+    from test_doctor import fake_libs
+    dirs = fake_libs()
+    gpus = dict(WITH_SGPU, SGPU_FAKE_DRIVER_GPUS="2", SGPU_FAKE_NCCL_DIR=str(tmp_path),
+                LD_LIBRARY_PATH=":".join(str(dirs[n]) for n in ("cuda", "nccl", "nvml")))
+    with SshHosts(2, host_env={0: gpus, 1: dict(gpus, SGPU_FAKE_DRIVER_ECC="1:4")}) as hosts:
+        a, b = (h.addr for h in hosts.hosts)
+        res = launch(hosts, sgpu, "--hosts", f"{a}:2,{b}:2", "--gpus", 4, "--preflight-only",
+                     "--set", "preflight.max_bytes=64K", "--set", "preflight.iters=2")
+        assert all(job_processes(h) == [] for h in hosts.hosts)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert re.search(r"^sgpu doctor: 4 GPUs on 2 nodes, NCCL 2\.28\.9, ", res.stdout), res.stdout
+    assert f"{b} GPU 1 (00000000:19:00.0): 4 uncorrectable ECC errors since the driver loaded" in res.stdout
+    assert f"{a} GPU 1" not in res.stdout.split("FAIL")[1]
