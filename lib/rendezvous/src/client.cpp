@@ -252,6 +252,9 @@ struct RendezvousClient::Impl {
           kExitUsage);
       return;
     }
+    // The launcher has proven the secret: its next frame, the Welcome, carries
+    // the whole job description and may be far larger than a hello.
+    socket->set_max_payload(kMaxPayload);
     socket->send(Auth{client_proof(secret, hello->nonce, nonce)});
     state = State::AwaitWelcome;
   }
@@ -260,7 +263,6 @@ struct RendezvousClient::Impl {
     const auto* welcome = std::get_if<Welcome>(&m);
     if (welcome == nullptr) unexpected(m, "before the welcome");
     join_deadline.cancel();
-    socket->set_max_payload(kMaxPayload);
     if (welcome->heartbeat_timeout_ms > 0) heartbeat_timeout = std::chrono::milliseconds(welcome->heartbeat_timeout_ms);
     arm_liveness();  // from now on the launcher's heartbeat timeout, not the hello's
     arm_heartbeat();

@@ -113,7 +113,7 @@ struct Fixture {
 
   void serve(ServerOptions options) {
     options.run_id = "run-1";
-    options.job = "job-blob";
+    if (options.job.empty()) options.job = "job-blob";
     server = std::make_unique<RendezvousServer>(io, Endpoint{"127.0.0.1", 0}, secret, options, launcher);
     launcher.server = server.get();
     server->start();
@@ -184,6 +184,27 @@ TEST_CASE("rendezvous: three agents join, start together, report and finish") {
     if (const auto* e = std::get_if<RankExited>(&m)) exited.push_back(e->rank);
   std::sort(exited.begin(), exited.end());
   CHECK(exited == std::vector<std::uint32_t>{0, 2, 6});
+}
+
+TEST_CASE("rendezvous: a job description far larger than a hello frame reaches every agent") {
+  // The Welcome carries the launcher's whole job (entrypoint, arguments,
+  // environment, preflight): it follows the server's proof, so the agent
+  // must take frames of kMaxPayload from then on, not only after it.
+  Fixture f;
+  ServerOptions o;
+  o.nnodes = 2;
+  o.heartbeat_timeout = 2s;
+  o.job = std::string(64 * 1024, 'j');
+  f.serve(o);
+  auto& a = f.add("a", -1, 1, f.secret);
+  auto& b = f.add("b", -1, 1, f.secret);
+  f.run();
+  CHECK(f.launcher.failure.empty());
+  for (auto* agent : {&a, &b}) {
+    CHECK(agent->lost.empty());
+    CHECK(agent->welcome.job.size() == 64 * 1024);
+    CHECK(agent->start);
+  }
 }
 
 TEST_CASE("rendezvous: an agent with another secret is refused on both sides, the others go on") {
