@@ -68,8 +68,12 @@ def py(venv, tmp_path):
                               capture_output=True, text=True, timeout=timeout, **kw)
 
     def popen(script):
+        # The caller stands for a program at a terminal, where Ctrl-C is not
+        # ignored; a test run started in the background (`... &` in a script,
+        # nohup) inherits SIGINT ignored, and Python would then keep it so.
         return subprocess.Popen([str(venv / "bin" / "python"), str(script)], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     run.write, run.popen, run.env = write, popen, env
     return run
