@@ -78,10 +78,12 @@ def test_a_reader_that_goes_away_stops_the_console_not_the_job(sgpu):
 @pytest.mark.parametrize("jobs", [20, 50])
 def test_concurrent_jobs_get_distinct_ports_that_a_plain_bind_accepts(sgpu, tmp_path, jobs):
     procs = []
+    barrier = tmp_path / "bound"
+    barrier.mkdir()
     for j in range(jobs):
         out = tmp_path / f"job{j}"
         out.mkdir()
-        env = dict(sgpu.env, OUT_DIR=str(out))
+        env = dict(sgpu.env, OUT_DIR=str(out), BARRIER_DIR=str(barrier), JOBS=str(jobs))
         procs.append((out, sgpu.popen("launch", "--nproc", 2, *no_python(python_program("plain_bind.py")), env=env)))
     ports = []
     for out, p in procs:
@@ -90,7 +92,7 @@ def test_concurrent_jobs_get_distinct_ports_that_a_plain_bind_accepts(sgpu, tmp_
         port = (out / "0.txt").read_text()
         assert (out / "1.txt").read_text() == port
         ports.append(int(port))
-    assert len(set(ports)) == jobs
+    assert len(set(ports)) == jobs  # all held at once (the barrier): two alike would be a real clash
     low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
     assert all(not low <= port <= high for port in ports)  # never one the kernel hands out on its own
 
