@@ -67,7 +67,6 @@ std::optional<T> ask(F f, A... args) {
 
 GpuHealth read_gpu(Nvml& nvml, Dev d, const env::Gpu& gpu) {
   GpuHealth h = unread(gpu);
-  h.read = true;
   h.memory_total = gpu.memory_bytes;
   if (auto m = ask<Memory>(nvml.memory, d)) {
     h.memory_total = m->total;
@@ -135,12 +134,9 @@ HealthReport query_health(const std::vector<env::Gpu>& gpus) {
     Dev d = nullptr;
     if (nvml.by_bus(g.pci_bus_id.c_str(), &d) != kOk) d = nullptr;
     handles.push_back(d);
-    if (d != nullptr) {
-      report.gpus.push_back(read_gpu(nvml, d, g));
-    } else {
-      report.gpus.push_back(unread(g));
-      report.gpus.back().read = true;  // NVML runs; it only does not know this bus id (facts unset)
-    }
+    // NVML runs, so every GPU was read; one whose bus id it does not know keeps its facts unset.
+    report.gpus.push_back(d != nullptr ? read_gpu(nvml, d, g) : unread(g));
+    report.gpus.back().read = true;
   }
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     for (std::size_t k = i + 1; k < gpus.size(); ++k) {
