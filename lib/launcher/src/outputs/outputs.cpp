@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <thread>
 
@@ -13,7 +12,6 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
-#include "sgpu/env/secrets.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/outputs/console_sink.hpp"
 #include "sgpu/launcher/outputs/error_file.hpp"
@@ -67,6 +65,7 @@ void check_output_options(const JobSpec& spec, int world_size) {
 }
 
 struct JobOutputs::Impl {
+  JobSpec job_spec;  // spec.json's source, for set_tracking's variables
   LaunchPlan plan;
   env::Environment sgpu_env;
   std::string host = this_host();
@@ -115,7 +114,8 @@ struct JobOutputs::Impl {
   }
 
   Impl(boost::asio::io_context& io, const JobSpec& job, const LaunchPlan& p, const env::Environment& e)
-      : plan(p),
+      : job_spec(job),
+        plan(p),
         sgpu_env(e),
         spec(spec_json(job, p)),
         json_output(job.output_format == "json"),
@@ -340,20 +340,10 @@ void JobOutputs::add_observer(JobObserver& other) { impl_->fanout.add(other); }
 void JobOutputs::set_tracking(TrackingLink link, const env::Environment& env) {
   auto& s = *impl_;
   s.tracking = std::move(link);
-  // spec.json's env as spec_json() writes it: sorted by name, secrets masked.
-  auto& written = s.spec["env"];
-  std::map<std::string, std::string> merged;
-  for (const auto& [name, value] : written.items()) merged[name] = value.get<std::string>();
-  bool changed = false;
-  for (const auto& [name, value] : env) {
-    auto masked = env::mask_secret(name, value);
-    if (auto it = merged.find(name); it != merged.end() && it->second == masked) continue;
-    merged[name] = std::move(masked);
-    changed = true;
-  }
-  if (!changed) return;
-  written = nlohmann::ordered_json::object();
-  for (const auto& [name, value] : merged) written[name] = value;
+  for (const auto& [name, value] : env) s.job_spec.env[name] = value;
+  auto spec = spec_json(s.job_spec, s.plan);
+  if (spec == s.spec) return;
+  s.spec = std::move(spec);
   write_file_atomic((fs::path(s.plan.run_dir) / "spec.json").string(), dump_json(s.spec));
 }
 
