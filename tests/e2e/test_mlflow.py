@@ -15,7 +15,7 @@ import pytest
 
 from conftest import python_program
 from mlflow_server import MlflowServer, venv_python
-from multinode import free_port, make_secret_file, static_node
+from multinode import agent, free_port, make_secret_file, static_node
 
 RANK = python_program("mlflow_rank.py")
 QUERY = python_program("mlflow_query.py")
@@ -326,3 +326,32 @@ def test_a_launch_that_fails_its_preflight_makes_no_run(tracked, tmp_path):
     assert failed.returncode == 1, failed.stderr
     assert "preflight: failed" in failed.stderr and "mlflow run" not in failed.stderr
     assert query(tracked.env, "runs", f"preflight-{tmp_path.name}") == runs
+    # A check alone is not a run to track, healthy or not.
+    only = tracked.run(*[a for a in args if a != "--preflight"][:-2], "--preflight-only", env=env)
+    assert only.returncode == 0, only.stdout + only.stderr
+    assert "healthy" in only.stdout and "mlflow run" not in only.stderr
+    assert query(tracked.env, "runs", f"preflight-{tmp_path.name}") == runs
+
+
+def test_a_multi_node_preflight_that_fails_ends_its_run_failed(tracked, tmp_path):
+    # Across nodes the run exists before the nodes check their GPUs (the
+    # launcher asks for it while they join): a bad GPU on node 1 ends it
+    # FAILED with the preflight's code, and no rank starts.
+    from test_doctor import fake_libs
+    dirs = fake_libs()
+    env = dict(tracked.env, LD_LIBRARY_PATH=os.pathsep.join(str(dirs[n]) for n in ("cuda", "nccl", "nvml")),
+               SGPU_FAKE_DRIVER_GPUS="2", SGPU_FAKE_NCCL_DIR=str(tmp_path), SGPU_FAKE_NCCL_BUSBW="0.001")
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    n0 = static_node(tracked, 2, 0, endpoint, secret, "--gpus-per-node", 2, "--preflight", "-o", "json",
+                     "--set", "preflight.max_bytes=64K", "--set", "preflight.iters=2", RANK, "ok", env=env)
+    a1 = agent(tracked, endpoint, secret, "--node-name", "nodeb", "--node-rank", "1",
+               env=dict(env, SGPU_FAKE_DRIVER_ECC="1:4"))
+    o0, e0 = n0.communicate(timeout=120)
+    a1.communicate(timeout=120)
+    assert n0.returncode == 1, e0
+    assert "preflight: failed" in e0 and "nodeb GPU 1 (00000000:19:00.0): 4 uncorrectable ECC errors" in e0, e0
+    assert json.loads(o0)["status"] == "not_started"
+    run_id = re.search(r"sgpu: mlflow run \S+/runs/(\w+)", e0).group(1)
+    run = query(tracked.env, "run", run_id)
+    assert run["status"] == "FAILED" and run["metrics"]["sgpu.exit_code"] == [[0, 1]]
+    assert "rank 0 in run" not in e0  # RANK prints it once it runs
