@@ -5,6 +5,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import time
 
@@ -78,13 +79,26 @@ def test_a_reader_that_goes_away_stops_the_console_not_the_job(sgpu):
 @pytest.mark.parametrize("jobs", [20, 50])
 def test_concurrent_jobs_get_distinct_ports_that_a_plain_bind_accepts(sgpu, tmp_path, jobs):
     procs = []
-    barrier = tmp_path / "bound"
-    barrier.mkdir()
+    barrier = socket.socket(socket.AF_UNIX)
+    barrier.bind(str(tmp_path / "bound"))
+    barrier.listen(jobs)
+    barrier.settimeout(240)
     for j in range(jobs):
         out = tmp_path / f"job{j}"
         out.mkdir()
-        env = dict(sgpu.env, OUT_DIR=str(out), BARRIER_DIR=str(barrier), JOBS=str(jobs))
+        env = dict(sgpu.env, OUT_DIR=str(out), BARRIER=str(tmp_path / "bound"))
         procs.append((out, sgpu.popen("launch", "--nproc", 2, *no_python(python_program("plain_bind.py")), env=env)))
+    # Each job's rank 0 connects once its port is bound, and holds it until
+    # every job has: then all let go together (a job that failed is seen below).
+    held = []
+    try:
+        while len(held) < jobs:
+            held.append(barrier.accept()[0])
+    except TimeoutError:
+        pass
+    for conn in held:
+        conn.close()
+    barrier.close()
     ports = []
     for out, p in procs:
         _, err = p.communicate(timeout=300)

@@ -3,10 +3,10 @@ outside torch would, and listens; rank 1 connects and both write the port to
 $OUT_DIR/<rank>.txt. Rank 1 retries a refused connection while rank 0 is
 still starting, as a client of any rendezvous does.
 
-With $BARRIER_DIR and $JOBS set, rank 0 keeps its port bound until $JOBS
-jobs have each bound theirs (a file each in $BARRIER_DIR): every job then
-holds its port while every other job takes one, so the ports must differ
-(a job that ended may rightly give its port to a later one)."""
+With $BARRIER set (a Unix socket the test listens on), rank 0 keeps its port
+bound until the test lets go: the test answers once every job has bound its
+own, so every job holds its port while every other job takes one, and the
+ports must differ (a job that ended may rightly give its port to a later one)."""
 import os
 import socket
 import time
@@ -20,14 +20,10 @@ if rank == 0:
         conn, _ = s.accept()
         with conn:
             conn.sendall(b"hello")
-        barrier, jobs = os.environ.get("BARRIER_DIR"), int(os.environ.get("JOBS", "0"))
-        if barrier:
-            open(os.path.join(barrier, str(port)), "w").close()
-            deadline = time.monotonic() + 240
-            while len(os.listdir(barrier)) < jobs:  # the others' state, not a clock: each is on its way
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"only {len(os.listdir(barrier))} of {jobs} jobs bound their port")
-                time.sleep(0.01)
+        if "BARRIER" in os.environ:
+            with socket.socket(socket.AF_UNIX) as b:
+                b.connect(os.environ["BARRIER"])
+                b.recv(1)  # end of file: every job has bound its port
 else:
     deadline = time.monotonic() + 60
     while True:
