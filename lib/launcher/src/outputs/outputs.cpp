@@ -120,7 +120,7 @@ struct JobOutputs::Impl {
         spec(spec_json(job, p)),
         json_output(job.output_format == "json"),
         sink(make_sink(io, job, e)),
-        run_log(p.run_dir, static_cast<int>(p.ranks.size()), host, rank_hosts(p)),
+        run_log(io, p.run_dir, static_cast<int>(p.ranks.size()), host, rank_hosts(p)),
         state_file(p.run_dir, state_record(job, p, host)),
         console(sink, console_options(job, p, e)) {
     if (job.keep_runs > 0) prune_older_runs(job.keep_runs);

@@ -57,12 +57,15 @@ std::string attempt_dir(const std::string& run_dir, int rank, int attempt) {
   return (fs::path(rank_dir(run_dir, rank)) / fmt::format("attempt-{}", attempt)).string();
 }
 
-RunLog::RunLog(const std::string& run_dir, int world_size, std::string host, std::vector<std::string> rank_hosts)
+RunLog::RunLog(boost::asio::io_context& io, const std::string& run_dir, int world_size, std::string host,
+               std::vector<std::string> rank_hosts)
     : run_dir_(run_dir),
       host_(std::move(host)),
       rank_hosts_(std::move(rank_hosts)),
       started_(static_cast<std::size_t>(world_size)),
-      pids_(static_cast<std::size_t>(world_size), -1) {
+      pids_(static_cast<std::size_t>(world_size), -1),
+      writer_(io) {
+  // Never grows after this: the writer holds pointers into it.
   logs_.reserve(static_cast<std::size_t>(world_size) * 2);
   // Opened on first output: see AppendFile::deferred.
   for (int r = 0; r < world_size; ++r) {
@@ -92,7 +95,7 @@ void RunLog::on_rank_started(int rank, int pid) {
 }
 
 void RunLog::on_rank_output(int rank, Stream stream, std::string_view bytes) {
-  logs_[log_index(rank, stream)].append(bytes);
+  writer_.append(logs_[log_index(rank, stream)], bytes);
 }
 
 void RunLog::on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) {
@@ -108,6 +111,7 @@ void RunLog::on_restart(int attempt, const env::JobEnd& cause, env::Seconds back
 }
 
 void RunLog::on_attempt_started(int attempt) {
+  writer_.drain();
   archive(attempt_, false);
   for (auto& f : logs_) f = AppendFile::deferred(f.path());
   attempt_ = attempt;
@@ -115,6 +119,7 @@ void RunLog::on_attempt_started(int attempt) {
 }
 
 void RunLog::keep_last_attempt() {
+  writer_.drain();
   if (attempt_ > 0) archive(attempt_, true);
 }
 
@@ -140,6 +145,7 @@ void RunLog::archive(int attempt, bool link) {
 }
 
 std::vector<std::string> RunLog::write_errors() {
+  writer_.drain();
   std::vector<std::string> out;
   for (auto& f : logs_) {
     f.create();

@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <csignal>
+#include <functional>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -55,15 +56,16 @@ struct Supervisor::State : JobControl::Actions {
   int open_pipes = 0;
   std::vector<RankLaunch> launches;  // while spawning: the ranks to start
   bool spawning = false;
-  rlimit open_files{};             // sgpu's RLIMIT_NOFILE before raising it: what ranks get
-  std::weak_ptr<OutputFlow> flow;  // the console's backpressure, if any
-  std::size_t stdout_pipe = 0;     // each rank's stdout pipe size (rank_pipe_size)
+  rlimit open_files{};  // sgpu's RLIMIT_NOFILE before raising it: what ranks get
+  // Backpressure: the console's (its reader lags) and the run log's (its disk lags).
+  std::vector<std::weak_ptr<OutputFlow>> flows;
+  std::size_t stdout_pipe = 0;  // each rank's stdout pipe size (rank_pipe_size)
   // Every pipe is read into this, one at a time; allocated on the first
   // read (a job that prints nothing never needs it).
   std::unique_ptr<char[]> chunk;
 
   ~State() {
-    if (auto console = flow.lock()) console->forget_waiting();  // they point into this
+    forget_flows();  // their waiting reads point into this
   }
 
   State(asio::io_context& io_, JobObserver& obs, SupervisorOptions opts)
@@ -75,7 +77,29 @@ struct Supervisor::State : JobControl::Actions {
                                   opts.restart_backoff},
                 *this),
         drain_timer(io_),
-        flow(obs.output_flow()) {}
+        flows(weak_flows(obs)) {}
+
+  static std::vector<std::weak_ptr<OutputFlow>> weak_flows(JobObserver& obs) {
+    auto shared = obs.output_flows();
+    return {shared.begin(), shared.end()};
+  }
+
+  void forget_flows() {
+    for (auto& weak : flows)
+      if (auto f = weak.lock()) f->forget_waiting();
+  }
+
+  // Runs `go` now if every flow is open, else once they all are.
+  void when_flowing(std::function<void()> go) {
+    for (auto& weak : flows) {
+      auto f = weak.lock();
+      if (f && f->paused()) {
+        f->when_open([this, go = std::move(go)]() mutable { when_flowing(std::move(go)); });
+        return;
+      }
+    }
+    go();
+  }
 
   // JobControl::Actions: this node's ranks, by process group.
   void signal_job(int sig) override {
@@ -118,13 +142,11 @@ struct Supervisor::State : JobControl::Actions {
       close_pipe(r, stream);
       return;
     }
-    // The console's reader lags: read on once it caught up (backpressure).
-    if (auto console = flow.lock(); console && console->paused()) {
-      console->when_open([this, &r, stream] { read(r, stream); });
-      return;
-    }
-    asio::post(io, [this, &r, stream] {
-      if (r.open[stream == Stream::Out ? 0 : 1]) read(r, stream);
+    // The console's reader or the log's disk lags: read on once they caught up (backpressure).
+    when_flowing([this, &r, stream] {
+      asio::post(io, [this, &r, stream] {
+        if (r.open[stream == Stream::Out ? 0 : 1]) read(r, stream);
+      });
     });
   }
 
@@ -212,9 +234,9 @@ struct Supervisor::State : JobControl::Actions {
   void maybe_finish() {
     if (running > 0 || open_pipes > 0 || spawning || finished) return;
     finished = true;
-    // No read waits on the console any more; the flow may outlive this.
-    if (auto console = flow.lock()) console->forget_waiting();
-    flow.reset();
+    // No read waits on a flow any more; they may outlive this.
+    forget_flows();
+    flows.clear();
     drain_timer.cancel();
     AttemptOutcome attempt{control.attempt(), outcome.end, {}, attempt_started, Clock::now(), outcome.spawn_error};
     for (auto& r : ranks) attempt.ranks.push_back(r->record);
@@ -242,7 +264,7 @@ struct Supervisor::State : JobControl::Actions {
     outcome.end = {};
     outcome.spawn_error.clear();
     observer.on_attempt_started(control.attempt());
-    flow = observer.output_flow();  // the console's, if it still takes backpressure
+    flows = weak_flows(observer);  // the console's, if it still takes backpressure, and the log's
     start_attempt(relaunch(control.attempt()));
   }
 

@@ -1,6 +1,6 @@
 #pragma once
 // One observer that hands every event to several, in the order added: the
-// run log first (so bytes are on disk before anything else may fail), then
+// run log first (so bytes are queued for disk before anything else may fail), then
 // the console and the status line.
 #include <vector>
 
@@ -33,10 +33,11 @@ class FanOut : public JobObserver {
   void on_attempt_started(int attempt) override {
     for (auto* o : observers_) o->on_attempt_started(attempt);
   }
-  std::shared_ptr<OutputFlow> output_flow() override {
+  std::vector<std::shared_ptr<OutputFlow>> output_flows() override {
+    std::vector<std::shared_ptr<OutputFlow>> flows;
     for (auto* o : observers_)
-      if (auto flow = o->output_flow()) return flow;
-    return nullptr;
+      for (auto& flow : o->output_flows()) flows.push_back(std::move(flow));
+    return flows;
   }
 
  private:

@@ -1,7 +1,8 @@
 #pragma once
 // The run directory's record of a job as it happens: every byte each rank
 // writes, in ranks/<r>/stdout and ranks/<r>/stderr (the console may filter or
-// cut; these never do), and events.jsonl, an append-only stream of JSON
+// cut; these never do; written on a thread of their own, FileWriterThread),
+// and events.jsonl, an append-only stream of JSON
 // lines (run_started, rank_started, rank_exited, teardown, restart,
 // attempt_started, run_finished) that a follower (`logs -f`) or a tracker
 // (MLflow) can read.
@@ -18,6 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <boost/asio/io_context.hpp>
+
+#include "sgpu/launcher/outputs/file_writer_thread.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/process/events.hpp"
 
@@ -37,7 +41,8 @@ class RunLog : public JobObserver {
  public:
   // Creates the log files and events.jsonl; throws sgpu::Error naming a file it cannot create.
   // `rank_hosts` names each rank's node in a multi-node run; empty: every rank runs on `host`.
-  RunLog(const std::string& run_dir, int world_size, std::string host, std::vector<std::string> rank_hosts = {});
+  RunLog(boost::asio::io_context& io, const std::string& run_dir, int world_size, std::string host,
+         std::vector<std::string> rank_hosts = {});
 
   void on_rank_started(int rank, int pid) override;
   void on_rank_output(int rank, Stream stream, std::string_view bytes) override;
@@ -45,14 +50,17 @@ class RunLog : public JobObserver {
   void on_teardown(const env::JobEnd& cause) override;
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
   void on_attempt_started(int attempt) override;
+  // The log writer's: the supervisor stops reading while the disk lags.
+  std::vector<std::shared_ptr<OutputFlow>> output_flows() override { return {writer_.flow()}; }
 
   // After a run with restarts: the last attempt's files also in its attempt-<k>/.
   void keep_last_attempt();
   // Appends one line: `event` with "ts" first.
   void append_event(const nlohmann::ordered_json& event);
   // Files that could not be written in full ("ranks/2/stdout: No space left on device").
-  // Creates the logs of ranks that never wrote (empty files: every rank has
-  // both), then lists what could not be written.
+  // Waits until every byte read so far is in the logs, creates the logs of
+  // ranks that never wrote (empty files: every rank has both), then lists
+  // what could not be written.
   std::vector<std::string> write_errors();
 
  private:
@@ -70,6 +78,7 @@ class RunLog : public JobObserver {
   std::vector<Clock::time_point> started_;
   std::vector<int> pids_;
   AppendFile events_;
+  FileWriterThread writer_;  // after logs_: it writes to them until it is gone
 };
 
 }  // namespace sgpu::launcher

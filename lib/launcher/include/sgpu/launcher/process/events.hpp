@@ -46,10 +46,11 @@ class JobObserver {
   virtual void on_restart(int /*attempt*/, const env::JobEnd& /*cause*/, env::Seconds /*backoff*/) {}
   // Attempt `attempt` (> 0) starts its ranks now; rank events that follow are its.
   virtual void on_attempt_started(int /*attempt*/) {}
-  // The flow an observer pauses when it cannot take output now (the console
-  // with a lagging reader); nullptr: it never does.
-  // Shared: the supervisor may outlive the console, and the reverse.
-  virtual std::shared_ptr<OutputFlow> output_flow() { return nullptr; }
+  // The flows an observer pauses when it cannot take output now (the console
+  // with a lagging reader, the run log with a lagging disk); none: it never
+  // does. Output is read while all are open. Shared: the supervisor may
+  // outlive their owners, and the reverse.
+  virtual std::vector<std::shared_ptr<OutputFlow>> output_flows() { return {}; }
 };
 
 }  // namespace sgpu::launcher

@@ -1,0 +1,87 @@
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <filesystem>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "sgpu/launcher/outputs/file_writer_thread.hpp"
+
+using namespace sgpu::launcher;
+
+namespace {
+// A FIFO stands in for a disk that lags: the writer thread blocks on it
+// until the test reads.
+struct Fifo {
+  std::filesystem::path path;
+  int reader = -1;
+  Fifo() {
+    char dir[] = "/tmp/sgpu-fifo-XXXXXX";
+    REQUIRE(::mkdtemp(dir) != nullptr);
+    path = std::filesystem::path(dir) / "log";
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // so that the writer's open never blocks
+    REQUIRE(reader >= 0);
+  }
+  ~Fifo() {
+    ::close(reader);
+    std::filesystem::remove_all(path.parent_path());
+  }
+  // Everything in the FIFO now, waiting up to `ms` for the first byte.
+  std::string take(int ms) {
+    std::string got;
+    pollfd p{reader, POLLIN, 0};
+    if (::poll(&p, 1, ms) <= 0) return got;
+    char buf[65536];
+    for (ssize_t n; (n = ::read(reader, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+    return got;
+  }
+};
+}  // namespace
+
+TEST_CASE("launcher::FileWriterThread") {
+  boost::asio::io_context io;
+  Fifo fifo;
+  auto file = AppendFile::deferred(fifo.path.string());
+  std::string blob;
+  for (int i = 0; blob.size() < FileWriterThread::kPauseAt + (1 << 20); ++i) blob += "line " + std::to_string(i) + "\n";
+
+  SUBCASE("a lagging disk pauses the flow; the loop resumes it once the queue drained; every byte in order") {
+    FileWriterThread writer(io);
+    bool resumed = false;
+    std::size_t half = blob.size() / 2;
+    writer.append(file, std::string_view(blob).substr(0, half));
+    CHECK_FALSE(writer.flow()->paused());  // under kPauseAt
+    writer.append(file, std::string_view(blob).substr(half));
+    REQUIRE(writer.flow()->paused());  // the FIFO holds 64 KiB: the rest waits
+    writer.flow()->when_open([&] { resumed = true; });
+    std::string got;
+    while (!resumed) {
+      got += fifo.take(10);
+      io.poll();  // the resume is posted to the loop: it runs here, never on the writer's thread
+    }
+    CHECK_FALSE(writer.flow()->paused());
+    writer.drain();
+    got += fifo.take(0);
+    CHECK(got == blob);
+    CHECK(file.error().empty());
+  }
+  SUBCASE("the destructor writes what is queued before it returns") {
+    {
+      FileWriterThread writer(io);
+      writer.append(file, "first\n");
+      writer.append(file, "second\n");
+    }  // both fit in the FIFO: the destructor returns once they are in it
+    CHECK(fifo.take(0) == "first\nsecond\n");
+  }
+  SUBCASE("nothing appended: no thread, nothing paused, drain returns at once") {
+    FileWriterThread writer(io);
+    writer.drain();
+    CHECK_FALSE(writer.flow()->paused());
+    CHECK(fifo.take(0).empty());
+  }
+}
