@@ -4,13 +4,14 @@ import os
 import shutil
 import subprocess
 
-from harness import median, run_once, tail, describe_exit
-from peers import TORCH_PYTHON, alternate, launchers, missing_tools, rows_for
+from harness import Peer, median, run_once, tail, describe_exit
+from peers import TORCH_PYTHON, alternate, floor_tee, launchers, missing_tools, rows_for
 from report import Section, fmt_ratio, shell, timing_table
 from writer import line_for
 
 N = 8
 LINE = 128  # bytes per line, newline included: a typical training log line
+TEE_FLOOR = "pipes and a log copy (each rank into tee)"
 
 
 def count_lines(path, ranks):
@@ -30,14 +31,16 @@ def count_lines(path, ranks):
 
 
 def cleanup(ctx):
-    for path in glob.glob(os.path.join(ctx.env["SGPU_HOME"], "runs", "*")) + [os.path.join(ctx.work, "torchrun-logs")]:
+    for path in glob.glob(os.path.join(ctx.env["SGPU_HOME"], "runs", "*")) + [os.path.join(ctx.work, "torchrun-logs"),
+                                                                             os.path.join(ctx.work, "tee-logs")]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def sgpu_logs_problem(ctx, per_rank_bytes):
-    """sgpu also writes every byte to its run directory: each rank's stdout log must hold all of them."""
+def logs_problem(ctx, row, per_rank_bytes):
+    """sgpu (and the tee floor) also write every byte to a log per rank: each must hold all of them."""
     for r in range(N):
-        logs = glob.glob(os.path.join(ctx.env["SGPU_HOME"], "runs", "*", "ranks", str(r), "stdout"))
+        logs = glob.glob(os.path.join(ctx.env["SGPU_HOME"], "runs", "*", "ranks", str(r), "stdout")) \
+            if row.peer.role == "sgpu" else glob.glob(os.path.join(ctx.work, "tee-logs", f"{r}.log"))
         if len(logs) != 1:
             return f"rank {r}: {len(logs)} stdout logs in the run directory, expected 1"
         size = os.path.getsize(logs[0])
@@ -55,6 +58,10 @@ def own_cpu_per_gib(row, total):
 def one_run(ctx, row, lines_per_rank):
     sink, err = os.path.join(ctx.work, "output.sink"), os.path.join(ctx.work, "output.err")
     cleanup(ctx)
+    # The previous run's gigabytes (written back, or deleted and discarded)
+    # settle before this one starts: otherwise whoever runs after the heaviest
+    # writer pays for its writeback.
+    os.sync()
     run = run_once(row.peer.argv, ctx.env, ctx.root, sink, err, timeout=1200)
     try:
         if run.returncode != 0 or run.timed_out:
@@ -65,8 +72,8 @@ def one_run(ctx, row, lines_per_rank):
         if newlines != expected:
             row.fail(f"{newlines} lines on stdout, expected {expected}")
             return
-        if row.peer.role == "sgpu":
-            problem = sgpu_logs_problem(ctx, lines_per_rank * LINE)
+        if row.peer.role == "sgpu" or row.peer.name == TEE_FLOOR:
+            problem = logs_problem(ctx, row, lines_per_rank * LINE)
             if problem:
                 row.fail(problem)
                 return
@@ -89,11 +96,16 @@ def run(ctx):
                "so it writes every rank's output to log files and copies them to the console; mpirun forwards the "
                "ranks' pipes; the floor gives each rank a pipe into its own `cat`, all writing the same file. "
                "A run counts only if it exits 0 and the file holds exactly the lines written; 'torn lines' counts "
-               "lines that another rank's bytes split (the prefixes launchers add are allowed).")
+               "lines that another rank's bytes split (the prefixes launchers add are allowed). A second floor sends "
+               "each rank through `tee` into a log file of its own as well, so it copies every byte twice as sgpu "
+               "does.")
     program = [TORCH_PYTHON, "-S", "bench/writer.py", str(total // N), str(LINE)]
     log_dir = os.path.join(ctx.work, "torchrun-logs")
     rows = rows_for(launchers(ctx, N, program, torchrun_flags=["--tee", "3", "--log_dir", log_dir],
                               floor_name="plain pipes (each rank into cat)", pipe=True))
+    # The same pipes, each byte also written to a log file per rank: the work
+    # sgpu must do (console and lossless logs), with no launcher.
+    rows += rows_for([Peer(TEE_FLOOR, [*floor_tee(N, os.path.join(ctx.work, "tee-logs")), *program], "floor")])
     for row in rows:
         if row.peer in missing_tools([r.peer for r in rows]):
             row.fail(f"{row.peer.argv[0]} is not installed")
@@ -107,7 +119,8 @@ def run(ctx):
     s.commands = [shell(r.peer.argv).replace(ctx.work, "$WORK") + " > $WORK/output.sink" for r in rows]
     s.notes.append("sgpu, like torchrun --tee, writes every byte twice: to the console file and to per-rank log "
                    "files in its run directory (each run checks that every rank's stdout log holds all its bytes); "
-                   "the floor writes each byte once.")
+                   "plain pipes write each byte once; the tee floor, like sgpu, twice (`tee` into a log file per "
+                   "rank and the file), with no launcher: sgpu ÷ it is what the launcher costs beyond the copies.")
     s.notes.append("'launcher's own CPU': user+system time of the launcher process alone (not of the ranks or other "
                    "processes it reaped), read from /proc before it is reaped, per GiB forwarded. On a loaded "
                    "machine it says more than the wall time: 1 / it is what one free core could forward.")

@@ -75,6 +75,10 @@ def floor(n, pipe=False):
     return ["bash", "bench/floor.sh", *(["--pipe"] if pipe else []), str(n)]
 
 
+def floor_tee(n, log_dir):
+    return ["bash", "bench/floor.sh", "--tee", log_dir, str(n)]
+
+
 def launchers(ctx, n, program, *, torchrun_flags=(), mpi=True, floor_name="floor (bash & wait)", pipe=False):
     """sgpu, the peers that are installed (none in quick mode) and the floor, all running program."""
     peers = [Peer("sgpu", [*sgpu(ctx, n), "--no-python", *program], "sgpu")]
