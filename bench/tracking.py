@@ -52,9 +52,10 @@ def python_client(ctx, row):
 def run(ctx):
     s = Section("tracking", "10. Tracking: an MLflow run per launch")
     s.intro = (f"sgpu's start-to-exit for {N} ranks of `/bin/true` with tracking on (`--mlflow`: the run is created "
-               "with its tags before the ranks start, the artifact spec.json goes beside the job, then the "
-               "params with the metrics (a job under 1 s), the artifacts summary.json and events.jsonl (rank 0's "
-               "logs are empty, so not uploaded) and the status at the end, all awaited before sgpu exits) and off (`--no-mlflow`), "
+               "with its tags before the ranks start; at the end the params with the metrics (a job under 1 s), "
+               "the artifact summary.json (a job that succeeds within a second sends no spec.json and "
+               "events.jsonl: the summary holds the same; rank 0's logs are empty, so not uploaded) and the "
+               "status, all awaited before sgpu exits) and off (`--no-mlflow`), "
                "against a real `mlflow server` on loopback (sqlite store, artifact proxy, one worker), in "
                "alternating rounds. Beside it, MLflow's own Python client in the same rounds: one "
                f"`mlflow.start_run()` + `mlflow.end_run()` pair timed inside a Python process ({PY_RUNS} per "

@@ -46,7 +46,7 @@ def query(env, *args):
 
 def test_a_launch_is_a_run_the_ranks_log_into(tracked, tmp_path):
     r = tracked.run("launch", "--nproc", 2, "-o", "json", "--mlflow-experiment", "sgpu-e2e",
-                    "--set", "env.MY_API_TOKEN=hunter2", RANK, "ok", "--password", "pw1")
+                    "--set", "env.MY_API_TOKEN=hunter2", RANK, "long", "--password", "pw1")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     run_id = summary["mlflow"]["run_id"]
@@ -63,7 +63,7 @@ def test_a_launch_is_a_run_the_ranks_log_into(tracked, tmp_path):
     assert "mlflow.parentRunId" not in run["tags"]
     p = run["params"]
     assert (p["sgpu.world_size"], p["sgpu.nnodes"], p["sgpu.backend"], p["sgpu.timeout"]) == ("2", "1", "local", "3h")
-    assert p["sgpu.args"] == "ok --password '****'" and p["sgpu.env.MY_API_TOKEN"] == "****"
+    assert p["sgpu.args"] == "long --password '****'" and p["sgpu.env.MY_API_TOKEN"] == "****"
     assert run["metrics"]["loss"] == [[1, 0.25]]  # rank 0's mlflow.log_metric landed in sgpu's run
     assert run["metrics"]["sgpu.exit_code"] == [[0, 0]]
     assert [step for step, _ in run["metrics"]["sgpu.rank_duration_s"]] == [0, 1]
@@ -216,9 +216,9 @@ class _StubServer(http.server.ThreadingHTTPServer):
             self.shutdown()
 
 
-# A job shorter than a second: its params go with its metrics, in one log-batch.
-SHORT_RUN = sorted([("POST", "create"), ("POST", "log-batch"), ("POST", "update"), ("PUT", "summary.json"),
-                    ("PUT", "spec.json"), ("PUT", "events.jsonl")])
+# A job that succeeds within a second: its params go with its metrics, in one
+# log-batch, and summary.json stands for spec.json and events.jsonl.
+SHORT_RUN = sorted([("POST", "create"), ("POST", "log-batch"), ("POST", "update"), ("PUT", "summary.json")])
 
 
 def test_a_kept_connection_the_server_closed_is_tried_again_on_a_new_one(sgpu):
@@ -237,14 +237,23 @@ def test_the_params_of_a_job_longer_than_a_second_go_out_while_it_runs(sgpu):
         r = server.launch(sgpu, "/bin/sh", "-c", "sleep 1.5")
     assert r.returncode == 0, r.stderr
     names = [name for _, name, _ in server.calls]
-    assert names[:3] == ["create", "spec.json", "log-batch"], names  # the params, before the job's end
+    assert names[0] == "create" and sorted(names[1:3]) == ["log-batch", "spec.json"], names  # before the job's end
+    assert names.count("spec.json") == 1 and "events.jsonl" in names[3:], names
     batches = [json.loads(body) for _, name, body in server.calls if name == "log-batch"]
     assert [(bool(b["params"]), bool(b["metrics"])) for b in batches] == [(True, False), (False, True)]
 
 
+def test_a_short_job_that_fails_uploads_every_artifact(sgpu):
+    with _StubServer() as server:
+        r = server.launch(sgpu, "/bin/sh", "-c", "echo broke >&2; exit 3")
+    assert r.returncode == 3, r.stderr
+    puts = {name for method, name, _ in server.calls if method == "PUT"}
+    assert puts == {"events.jsonl", "spec.json", "stderr", "summary.json"}, puts  # stderr: the root cause's
+
+
 def test_spec_json_that_failed_beside_the_job_goes_again_at_the_end(sgpu):
     with _StubServer(fail_once="spec.json") as server:
-        r = server.launch(sgpu, "/bin/sh", "-c", "sleep 0.3")
+        r = server.launch(sgpu, "/bin/sh", "-c", "sleep 1.3")
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr, r.stderr
     puts = [name for method, name, _ in server.calls if method == "PUT"]

@@ -111,6 +111,7 @@ RunEnd describe_end(const JobOutcome& outcome, const LaunchPlan& plan) {
   auto dir = fs::path(plan.run_dir);
   for (const char* name : {"summary.json", "spec.json", "events.jsonl"})
     r.artifacts.emplace_back((dir / name).string(), name);
+  r.detail_artifacts = {"spec.json", "events.jsonl"};
   auto add_rank = [&](int rank, bool error_file) {
     auto in_run = [rank](const char* file) { return fmt::format("ranks/{}/{}", rank, file); };
     if (error_file && static_cast<std::size_t>(rank) < plan.ranks.size())

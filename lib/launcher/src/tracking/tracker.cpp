@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <boost/asio/steady_timer.hpp>
@@ -21,8 +23,9 @@ using mlflow::HttpResult;
 using mlflow::Request;
 
 constexpr std::uintmax_t kArtifactLimit = 64 << 20;
-// The params go out once the ranks have run this long; a job that ends
-// sooner logs them with its metrics, in one call less.
+// The params (and spec.json) go out once the ranks have run this long; a
+// job that ends sooner logs them with its metrics, in one call less, and
+// when it succeeded its summary.json stands for spec.json and events.jsonl.
 constexpr auto kParamsAfter = std::chrono::seconds(1);
 
 std::string status_text(int status) {
@@ -52,6 +55,8 @@ struct MlflowTracker::Impl {
   bool world_size_logged = false;
   std::set<std::string> uploaded;    // artifacts sent before the end (upload_now), not failed
   mlflow::KeyValues pending_params;  // not sent yet (kParamsAfter)
+  std::vector<std::pair<std::string, std::string>> pending_uploads;  // upload_now's, until kParamsAfter
+  bool ran_long = false;                                             // the ranks ran kParamsAfter
   boost::asio::steady_timer params_timer;
   bool ending = false;  // end() has begun
   bool begun = false;   // begin() sent the run's creation; await_run() has not waited for it yet
@@ -206,12 +211,22 @@ struct MlflowTracker::Impl {
          });
   }
 
+  // The ranks have run kParamsAfter: the params and the early artifacts go out.
   void send_params() {
-    if (pending_params.empty()) return;
+    ran_long = true;
     deadline = Steady::now() + config.timeout;  // from now: the run was made a while ago
-    for (auto& batch : mlflow::log_batches(client.server(), run->run_id, {}, pending_params, {}))
-      call(std::move(batch), nullptr);
-    pending_params.clear();
+    if (!pending_params.empty()) {
+      for (auto& batch : mlflow::log_batches(client.server(), run->run_id, {}, pending_params, {}))
+        call(std::move(batch), nullptr);
+      pending_params.clear();
+    }
+    for (const auto& [path, name] : std::exchange(pending_uploads, {})) upload_early(path, name);
+  }
+
+  // Failed before the end: the end sends it again, and only that try counts.
+  void upload_early(const std::string& path, const std::string& name) {
+    auto again = [this, name] { return !ending && uploaded.erase(name) > 0; };
+    if (upload(path, name, again)) uploaded.insert(name);
   }
 };
 
@@ -252,9 +267,10 @@ std::optional<TrackedRun> MlflowTracker::await_run() {
 void MlflowTracker::upload_now(const std::string& path, const std::string& name) {
   auto& s = *impl_;
   if (!s.run || s.ending) return;
-  // Failed before the end: the end sends it again, and only that try counts.
-  auto again = [&s, name] { return !s.ending && s.uploaded.erase(name) > 0; };
-  if (s.upload(path, name, again)) s.uploaded.insert(name);
+  if (s.ran_long)
+    s.upload_early(path, name);
+  else
+    s.pending_uploads.emplace_back(path, name);
 }
 
 void MlflowTracker::ranks_ended() { impl_->params_timer.cancel(); }
@@ -277,8 +293,13 @@ void MlflowTracker::end(const RunEnd& end) {
   for (auto& batch : mlflow::log_batches(server_url, run_id, mlflow::end_metrics(end), late_params, {}))
     s.call(std::move(batch), nullptr);
   bool proxied = true;
+  bool brief = !s.ran_long && end.exit_code == 0;
+  s.pending_uploads.clear();  // sent below, unless brief
   for (const auto& [path, name] : end.artifacts) {
     if (s.uploaded.contains(name)) continue;
+    if (brief &&
+        std::find(end.detail_artifacts.begin(), end.detail_artifacts.end(), name) != end.detail_artifacts.end())
+      continue;
     if (!s.upload(path, name)) {
       proxied = false;
       break;

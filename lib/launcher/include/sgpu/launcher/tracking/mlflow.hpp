@@ -83,9 +83,14 @@ struct RunEnd {
   std::vector<RankRecord> ranks;
   // Files to upload: (path on disk, path in the run's artifacts). Missing and empty files are skipped.
   std::vector<std::pair<std::string, std::string>> artifacts;
+  // Artifacts left out when the job succeeded before its params went out
+  // (under a second): summary.json holds what they say (the spec, each
+  // rank's start, end and exit), and each upload costs the server a request.
+  std::vector<std::string> detail_artifacts;
 };
 // summary.json, events.jsonl, spec.json, the root cause's error file and the
-// logs of rank 0 and of the root cause's rank.
+// logs of rank 0 and of the root cause's rank; spec.json and events.jsonl
+// are details (detail_artifacts).
 RunEnd describe_end(const JobOutcome& outcome, const LaunchPlan& plan);
 // A run whose ranks never started (the rendezvous failed, a host was
 // unreachable): FAILED with sgpu's exit code, nothing to upload.
@@ -115,8 +120,9 @@ class MlflowTracker {
   void ranks_ended();
 
   // Uploads, beside the job, a file that is final before the ranks start
-  // (spec.json): end() waits for it and does not send it again. Does nothing
-  // when begin() did not create a run.
+  // (spec.json), with the params once the ranks have run 1 s: end() waits
+  // for it and does not send it again. Does nothing when begin() did not
+  // create a run.
   void upload_now(const std::string& path, const std::string& name);
 
   // Logs sgpu's metrics, uploads the artifacts and sets the status with the
