@@ -315,6 +315,9 @@ def test_a_multi_node_run_that_never_starts_is_failed_with_its_code(tracked, tmp
     summary = json.loads(o0)
     assert summary["status"] == "not_started"
     run_id = re.search(r"sgpu: mlflow run \S+/runs/(\w+)", e0).group(1)
+    assert summary["mlflow"]["run_id"] == run_id and summary["mlflow"]["url"].endswith(f"/runs/{run_id}")
+    with open(os.path.join(summary["run_dir"], "summary.json")) as f:
+        assert json.load(f)["mlflow"] == summary["mlflow"]
     run = query(tracked.env, "run", run_id)
     assert run["status"] == "FAILED" and run["metrics"]["sgpu.exit_code"] == [[0, 1]]
 
@@ -361,6 +364,7 @@ def test_a_multi_node_preflight_that_fails_ends_its_run_failed(tracked, tmp_path
     assert "preflight: failed" in e0 and "nodeb GPU 1 (00000000:19:00.0): 4 uncorrectable ECC errors" in e0, e0
     assert json.loads(o0)["status"] == "not_started"
     run_id = re.search(r"sgpu: mlflow run \S+/runs/(\w+)", e0).group(1)
+    assert json.loads(o0)["mlflow"]["run_id"] == run_id
     run = query(tracked.env, "run", run_id)
     assert run["status"] == "FAILED" and run["metrics"]["sgpu.exit_code"] == [[0, 1]]
     assert "rank 0 in run" not in e0  # RANK prints it once it runs

@@ -45,12 +45,13 @@ class RanksEnded final : public JobObserver {
 // A run that could not start still answers as any run does: summary.json
 // where a run directory was made, and the summary on stdout with -o json.
 // summary.json of a run whose ranks never started.
-nlohmann::json record_not_started(const LaunchContext& ctx, const std::string& reason, int code) {
+nlohmann::json record_not_started(const LaunchContext& ctx, const std::string& reason, int code,
+                                  const std::optional<TrackingLink>& mlflow = std::nullopt) {
   env::JobEnd end;
   end.kind = env::JobEnd::Kind::NotStarted;
   end.reason = reason;
   end.code = code;
-  auto doc = not_started_json(ctx.run_id, ctx.run_dir, end);
+  auto doc = not_started_json(ctx.run_id, ctx.run_dir, end, mlflow);
   if (!ctx.run_dir.empty()) {
     try {
       write_file_atomic((std::filesystem::path(ctx.run_dir) / "summary.json").string(), dump_json(doc));
@@ -60,8 +61,8 @@ nlohmann::json record_not_started(const LaunchContext& ctx, const std::string& r
   return doc;
 }
 
-void report_not_started(const LaunchContext& ctx, const Error& error) {
-  auto doc = record_not_started(ctx, error.what(), error.exit_code());
+void report_not_started(const LaunchContext& ctx, const Error& error, const std::optional<TrackingLink>& mlflow) {
+  auto doc = record_not_started(ctx, error.what(), error.exit_code(), mlflow);
   if (ctx.spec.output_format != "json") return;
   auto text = dump_json(doc);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -165,11 +166,14 @@ int launch(LaunchRequest request) {
     return code;
   } catch (const Error& e) {
     backend->release(e.exit_code());
-    report_not_started(ctx, e);
     // A run that the nodes never started (the rendezvous failed, a host
     // was unreachable) still ends its MLflow run, as FAILED with the code;
-    // one asked for and not awaited yet is awaited first.
+    // one asked for and not awaited yet is awaited first, so that the
+    // summary links it too.
     if (tracker && !tracked) tracked = tracker->await_run();
+    std::optional<TrackingLink> link;
+    if (tracked) link = TrackingLink{tracked->run_id, tracked->url};
+    report_not_started(ctx, e, link);
     if (tracked) tracker->end(describe_not_started(e.exit_code()));
     throw;
   }

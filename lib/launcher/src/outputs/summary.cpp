@@ -15,6 +15,10 @@ namespace sgpu::launcher {
 namespace {
 using json = nlohmann::ordered_json;
 
+json mlflow_json(const std::optional<TrackingLink>& link) {
+  return link ? json{{"run_id", link->run_id}, {"url", link->url}} : json(nullptr);
+}
+
 json seconds_or_null(const std::optional<env::Seconds>& s) { return s ? json(s->count()) : json(nullptr); }
 
 json root_cause_json(const std::optional<RootCause>& root_cause, const std::vector<RankReport>& ranks,
@@ -186,12 +190,12 @@ json summary_json(const RunReport& report, const json& spec) {
       {"warnings", report.warnings},
       // --ray-metrics: where the Ray nodes' resources are, once a second.
       {"ray_metrics", spec.contains("ray") && spec["ray"].is_object() ? spec["ray"]["metrics"] : json(nullptr)},
-      {"mlflow", report.mlflow ? nlohmann::ordered_json{{"run_id", report.mlflow->run_id}, {"url", report.mlflow->url}}
-                               : nlohmann::ordered_json(nullptr)},
+      {"mlflow", mlflow_json(report.mlflow)},
   };
 }
 
-json not_started_json(const std::string& run_id, const std::string& run_dir, const env::JobEnd& end) {
+json not_started_json(const std::string& run_id, const std::string& run_dir, const env::JobEnd& end,
+                      const std::optional<TrackingLink>& mlflow) {
   auto now = iso_time(Clock::now());
   auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
   return {
@@ -218,6 +222,8 @@ json not_started_json(const std::string& run_id, const std::string& run_dir, con
         {"error_file", nullptr}}},
       {"attempts", json::array()},
       {"warnings", json::array()},
+      {"ray_metrics", nullptr},
+      {"mlflow", mlflow_json(mlflow)},
   };
 }
 

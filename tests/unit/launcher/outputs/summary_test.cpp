@@ -178,6 +178,27 @@ TEST_CASE("launcher::summary_json") {
   }
 }
 
+TEST_CASE("launcher::not_started_json has every key a started run's summary has") {
+  RunReport rep;
+  rep.run_id = "r1";
+  auto started = summary_json(rep, json::object());
+  JobEnd end;
+  end.kind = JobEnd::Kind::NotStarted;
+  end.reason = "cannot reach nodeb";
+  end.code = 255;
+  for (const auto& link : {std::optional<TrackingLink>{}, std::optional<TrackingLink>{{"abc", "http://m/#/r/abc"}}}) {
+    auto doc = not_started_json("r1", "/runs/r1", end, link);
+    for (const auto& [key, value] : started.items()) CHECK_MESSAGE(doc.contains(key), key);
+    CHECK(doc["exit_code"] == 255);
+    CHECK(doc["root_cause"]["message"] == "cannot reach nodeb");
+    if (link) {
+      CHECK(doc["mlflow"] == json{{"run_id", "abc"}, {"url", "http://m/#/r/abc"}});
+    } else {
+      CHECK(doc["mlflow"] == nullptr);
+    }
+  }
+}
+
 TEST_CASE("launcher::run_log events") {
   auto e = rank_exited_event(3, "n1", 77, ExitStatus::killed(9), true, 1.25);
   CHECK(e == json{{"event", "rank_exited"},

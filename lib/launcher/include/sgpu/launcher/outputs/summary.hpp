@@ -27,8 +27,10 @@ nlohmann::ordered_json spec_json(const JobSpec& spec, const LaunchPlan& plan);
 nlohmann::ordered_json summary_json(const RunReport& report, const nlohmann::ordered_json& spec);
 
 // The summary of a run that could not start (end.kind NotStarted): the same
-// keys, no ranks; run_id and run_dir null when none was made.
-nlohmann::ordered_json not_started_json(const std::string& run_id, const std::string& run_dir, const env::JobEnd& end);
+// keys, no ranks; run_id and run_dir null when none was made; `mlflow`, the
+// MLflow run it ended (FAILED), when it was tracked.
+nlohmann::ordered_json not_started_json(const std::string& run_id, const std::string& run_dir, const env::JobEnd& end,
+                                        const std::optional<TrackingLink>& mlflow = std::nullopt);
 
 // JSON text that survives any bytes a rank wrote (invalid UTF-8 replaced).
 std::string dump_json(const nlohmann::ordered_json& doc, int indent = 2);
