@@ -87,3 +87,17 @@ def test_bad_fake_inventory_is_a_clear_error(sgpu, tmp_path):
     assert res.returncode == 2 and "SGPU_FAKE_GPUS: invalid entry 'eightxH100'" in res.stderr
     res = sgpu.run("devices", "-o", "yaml")
     assert res.returncode == 2
+
+
+def test_cpu_ranks_never_ask_the_driver(sgpu):
+    # --nproc N needs no GPU: the launch does not load NVML or libcuda (on a
+    # GPU node their start costs tens of milliseconds). The broken inventory
+    # is read only by what asks for GPUs.
+    env = dict(sgpu.env, SGPU_FAKE_GPUS="eightxH100")
+    cpu = sgpu.run("launch", "--nproc", 2, "--no-python", "true", env=env)
+    assert cpu.returncode == 0, cpu.stderr
+    for args in (["--gpus", 1], ["--nproc", "auto"]):
+        gpu = sgpu.run("launch", *args, "--no-python", "true", env=env)
+        assert gpu.returncode == 2 and "SGPU_FAKE_GPUS: invalid entry 'eightxH100'" in gpu.stderr, gpu.stderr
+    dry = sgpu.run("launch", "--nproc", 2, "--dry-run", "--no-python", "true", env=env)
+    assert dry.returncode == 2 and "SGPU_FAKE_GPUS" in dry.stderr  # a dry run shows the node's GPUs

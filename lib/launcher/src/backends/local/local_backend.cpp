@@ -17,12 +17,19 @@ namespace {
 class LocalBackend : public Backend {
  public:
   void check(LaunchContext& ctx) override {
-    discovery_ = discover_gpus(ctx.inherited);
+    // N CPU ranks need nothing of the driver: it is not asked (loading and
+    // starting NVML costs milliseconds without a GPU, tens with one).
+    const auto& spec = ctx.spec;
+    bool cpu_ranks = spec.nproc && spec.nproc_mode.empty() && !spec.gpus && !spec.gpus_per_node;
+    if (!cpu_ranks) discover(ctx);
     resolve_nproc_mode(ctx.spec, discovery_.gpus, static_cast<int>(std::max(1U, std::thread::hardware_concurrency())));
     ranks_ = rank_count(ctx.spec, discovery_.gpus);  // validates before anything is created
   }
 
-  PlannedLayout describe(const LaunchContext&) override { return {{{"this node", discovery_.gpus}}, "", {}}; }
+  PlannedLayout describe(const LaunchContext& ctx) override {
+    discover(ctx);  // --dry-run shows the node's GPUs, whatever the ranks use
+    return {{{"this node", discovery_.gpus}}, "", {}};
+  }
 
   BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) override {
     const auto& spec = ctx.spec;
@@ -81,7 +88,14 @@ class LocalBackend : public Backend {
   }
 
  private:
+  void discover(const LaunchContext& ctx) {
+    if (discovered_) return;
+    discovery_ = discover_gpus(ctx.inherited);
+    discovered_ = true;
+  }
+
   Discovery discovery_;
+  bool discovered_ = false;
   int ranks_ = 0;
 };
 
