@@ -109,9 +109,11 @@ RunEnd describe_end(const JobOutcome& outcome, const LaunchPlan& plan) {
   r.ended = outcome.ended;
   r.ranks = outcome.ranks;
   auto dir = fs::path(plan.run_dir);
-  for (const char* name : {"summary.json", "spec.json", "events.jsonl"})
+  r.artifacts.emplace_back((dir / "summary.json").string(), "summary.json");
+  for (const char* name : {"spec.json", "events.jsonl"}) {  // what the summary also says
     r.artifacts.emplace_back((dir / name).string(), name);
-  r.detail_artifacts = {"spec.json", "events.jsonl"};
+    r.detail_artifacts.emplace_back(name);
+  }
   auto add_rank = [&](int rank, bool error_file) {
     auto in_run = [rank](const char* file) { return fmt::format("ranks/{}/{}", rank, file); };
     if (error_file && static_cast<std::size_t>(rank) < plan.ranks.size())
