@@ -1,8 +1,12 @@
 """A real SLURM cluster for the tests: scripts/slurm-cluster started once per
 test session in its own directory and on its own ports, so two test runs on
 one machine do not meet, and stopped at the end."""
+import contextlib
 import os
+import queue
+import re
 import subprocess
+import threading
 
 import pytest
 
@@ -30,6 +34,39 @@ class SlurmCluster:
         kw.setdefault("stdout", subprocess.PIPE)
         kw.setdefault("stderr", subprocess.PIPE)
         return subprocess.Popen(list(map(str, argv)), env=env or self.env, cwd=self.dir, text=True, **kw)
+
+    @contextlib.contextmanager
+    def holding(self, *salloc_args, timeout=120):
+        """An allocation held for the length of a `with`: yields its job id once
+        SLURM grants it, and cancels it on the way out, whatever the test did.
+        The grant may come after a "Pending" line: nodes a test just released
+        stay COMPLETING until their slurmd has cleaned up."""
+        # --kill-command: salloc waits on its command, even once the job is gone
+        holder = self.popen("salloc", "--kill-command=TERM", *salloc_args, "sleep", "600")
+        lines = queue.Queue()
+
+        def read():
+            for line in holder.stderr:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        seen, job = [], None
+        try:
+            while job is None:
+                line = lines.get(timeout=timeout)
+                assert line is not None, f"salloc ended before its grant: {''.join(seen)}"
+                seen.append(line)
+                m = re.search(r"Granted job allocation (\d+)", line)
+                job = m and m.group(1)
+            yield job
+        finally:
+            asked = re.findall(r"allocation (\d+)", "".join(seen))
+            if asked:
+                self.run("scancel", asked[0])
+            else:
+                holder.terminate()  # salloc withdraws a request it has not reported yet
+            holder.wait(timeout=60)
 
     def jobs(self):
         out = self.run("squeue", "-h", "-o", "%i %T").stdout

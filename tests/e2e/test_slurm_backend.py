@@ -185,31 +185,27 @@ def test_ddp_across_slurm_nodes_matches_one_node(slurm_cluster, cluster_env, sgp
 
 def test_a_new_allocation_is_pending_then_running_then_released(slurm_cluster, cluster_env, sgpu, tmp_path):
     # Every GPU of nodes 1-3 is taken: 2 nodes with 8 GPUs each must wait.
-    holder = slurm_cluster.popen("salloc", "-w", "node[1-3]", f"--gpus-per-node={GPUS_PER_NODE}", "--kill-command=TERM",
-                                 "sleep", "600")
-    held = holder.stderr.readline()
-    assert "Granted job allocation" in held, held
     out = tmp_path / "out"
     out.mkdir()
     env = dict(cluster_env, OUT_DIR=str(out))
-    proc = subprocess.Popen(sgpu_cmd(sgpu, "launch", "--backend", "slurm", "--nodes", 2, "--gpus-per-node",
-                                     GPUS_PER_NODE, "--timeout", "5m", "--grace", "10s",
-                                     python_program("dump_env.py")),
-                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        lines = []
-        for line in proc.stderr:  # sgpu says so as soon as SLURM does
-            lines.append(line)
-            if "PENDING (Resources)" in line:
-                break
-        assert any("is pending" in l for l in lines), lines
-        job = job_of("".join(lines))
-        assert job_state(slurm_cluster, job) == ["PENDING", "7:00"]  # 5m + 10s grace + 1m to start, rounded up
-        slurm_cluster.run("scancel", held.split()[-1])
-        _, rest = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-        holder.wait(timeout=60)
+    with slurm_cluster.holding("-w", "node[1-3]", f"--gpus-per-node={GPUS_PER_NODE}") as held:
+        proc = subprocess.Popen(sgpu_cmd(sgpu, "launch", "--backend", "slurm", "--nodes", 2, "--gpus-per-node",
+                                         GPUS_PER_NODE, "--timeout", "5m", "--grace", "10s",
+                                         python_program("dump_env.py")),
+                                env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            lines = []
+            for line in proc.stderr:  # sgpu says so as soon as SLURM does
+                lines.append(line)
+                if "PENDING (Resources)" in line:
+                    break
+            assert any("is pending" in l for l in lines), lines
+            job = job_of("".join(lines))
+            assert job_state(slurm_cluster, job) == ["PENDING", "7:00"]  # 5m + 10s grace + 1m to start, rounded up
+            slurm_cluster.run("scancel", held)
+            _, rest = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
     err = "".join(lines) + rest
     assert proc.returncode == 0, err
     assert re.search(rf"SLURM job {job} is running on node", err), err
