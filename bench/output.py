@@ -36,6 +36,29 @@ def cleanup(ctx):
         shutil.rmtree(path, ignore_errors=True)
 
 
+def settle_memory():
+    """Every run starts from the same memory: the previous run's gigabytes
+    written back (or deleted and discarded), and free memory compacted.
+
+    Without the sync, whoever ran after the heaviest writer paid for its
+    writeback. Without the compaction, whoever ran after a writer of small
+    pieces paid for the free memory those left in small pieces: on the
+    benchmark's machine, two `dd bs=256K` of 1 GiB each took 2.2-2.9 s right
+    after two `dd bs=8K` of 1 GiB had been written and deleted, and 0.26 s
+    after the same with `echo 1 > /proc/sys/vm/compact_memory` in between.
+    sgpu writes up to 256 KiB at a time and the tee floor 8 KiB, so sgpu
+    took 2.6 s right after the tee floor and 0.9 s after itself. Compacting
+    needs root; without it the note on the section says so.
+    """
+    os.sync()
+    try:
+        with open("/proc/sys/vm/compact_memory", "w") as f:
+            f.write("1")
+        return True
+    except OSError:
+        return False
+
+
 def logs_problem(ctx, row, per_rank_bytes):
     """sgpu (and the tee floor) also write every byte to a log per rank: each must hold all of them."""
     for r in range(N):
@@ -58,10 +81,8 @@ def own_cpu_per_gib(row, total):
 def one_run(ctx, row, lines_per_rank):
     sink, err = os.path.join(ctx.work, "output.sink"), os.path.join(ctx.work, "output.err")
     cleanup(ctx)
-    # The previous run's gigabytes (written back, or deleted and discarded)
-    # settle before this one starts: otherwise whoever runs after the heaviest
-    # writer pays for its writeback.
-    os.sync()
+    if not settle_memory():
+        row.extra["uncompacted"] = True
     run = run_once(row.peer.argv, ctx.env, ctx.root, sink, err, timeout=1200)
     try:
         if run.returncode != 0 or run.timed_out:
@@ -121,6 +142,14 @@ def run(ctx):
                    "files in its run directory (each run checks that every rank's stdout log holds all its bytes); "
                    "plain pipes write each byte once; the tee floor, like sgpu, twice (`tee` into a log file per "
                    "rank and the file), with no launcher: sgpu ÷ it is what the launcher costs beyond the copies.")
+    if any(r.extra.get("uncompacted") for r in rows):
+        s.notes.append("Free memory could not be compacted before the runs (/proc/sys/vm/compact_memory needs root): "
+                       "a run after one that wrote in small pieces may take several times as long (see "
+                       "`settle_memory` in bench/output.py).")
+    else:
+        s.notes.append("Before each run: `sync`, and free memory compacted (/proc/sys/vm/compact_memory), so that no "
+                       "run pays for the memory the previous one left in small pieces (`settle_memory` in "
+                       "bench/output.py says why).")
     s.notes.append("'launcher's own CPU': user+system time of the launcher process alone (not of the ranks or other "
                    "processes it reaped), read from /proc before it is reaped, per GiB forwarded. On a loaded "
                    "machine it says more than the wall time: 1 / it is what one free core could forward.")
