@@ -3,10 +3,8 @@ test session in its own directory and on its own ports, so two test runs on
 one machine do not meet, and stopped at the end."""
 import contextlib
 import os
-import queue
 import re
 import subprocess
-import threading
 
 import pytest
 
@@ -40,30 +38,24 @@ class SlurmCluster:
         """An allocation held for the length of a `with`: yields its job id once
         SLURM grants it, and cancels it on the way out, whatever the test did.
         The grant may come after a "Pending" line: nodes a test just released
-        stay COMPLETING until their slurmd has cleaned up."""
-        # --kill-command: salloc waits on its command, even once the job is gone
-        holder = self.popen("salloc", "--kill-command=TERM", *salloc_args, "sleep", "600")
-        lines = queue.Queue()
-
-        def read():
-            for line in holder.stderr:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-        seen, job = [], None
+        stay COMPLETING until their slurmd has cleaned up. salloc's own
+        --immediate bounds the wait; --kill-command ends salloc with its job
+        (without it, salloc waits on its command even once the job is gone)."""
+        holder = self.popen("salloc", f"--immediate={timeout}", "--kill-command=TERM", *salloc_args, "sleep", "600")
+        job, said = None, []
         try:
-            while job is None:
-                line = lines.get(timeout=timeout)
-                assert line is not None, f"salloc ended before its grant: {''.join(seen)}"
-                seen.append(line)
-                m = re.search(r"Granted job allocation (\d+)", line)
-                job = m and m.group(1)
+            for line in holder.stderr:
+                said.append(line)
+                m = re.search(r"(Pending|Granted) job allocation (\d+)", line)
+                job = m.group(2) if m else job
+                if m and m.group(1) == "Granted":
+                    break
+            else:
+                raise AssertionError(f"salloc got no grant within {timeout} s: {''.join(said)}")
             yield job
         finally:
-            asked = re.findall(r"allocation (\d+)", "".join(seen))
-            if asked:
-                self.run("scancel", asked[0])
+            if job:
+                self.run("scancel", job)
             else:
                 holder.terminate()  # salloc withdraws a request it has not reported yet
             holder.wait(timeout=60)
