@@ -27,7 +27,10 @@ Environment build_rank_env(const Environment& inherited, const JobEnvironment& j
   };
   set_default("OMP_NUM_THREADS", "1");
   set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  set_default("NCCL_ASYNC_ERROR_HANDLING", "1");  // the name torch < 2.2 reads
+  // Only the name torch 2.2 and later read, as torchrun sets it: given the
+  // old NCCL_ASYNC_ERROR_HANDLING too, they warn on every rank. Torch older
+  // than 2.2 then keeps its own default; sgpu stops the job on the first
+  // failed rank whatever NCCL does.
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   if (job.cuda_visible_devices) env["CUDA_VISIBLE_DEVICES"] = *job.cuda_visible_devices;
 
