@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -70,6 +71,42 @@ float fill_value(int rank, std::uint64_t i) { return static_cast<float>(rank + 1
 
 float expected_sum(int nranks, std::uint64_t i) {
   return static_cast<float>(nranks * (nranks + 1) / 2 + nranks * static_cast<int>(i % 7));
+}
+
+namespace {
+
+// Both patterns repeat every 7 elements; a block of whole periods, a few
+// pages long, is what gets copied and compared.
+constexpr std::uint64_t kBlock = 7 * 1024;
+
+template <typename Value>
+std::vector<float> pattern_block(Value value) {
+  std::vector<float> block(kBlock);
+  for (std::uint64_t i = 0; i < kBlock; ++i) block[i] = value(i);
+  return block;
+}
+
+}  // namespace
+
+void fill_values(int rank, float* out, std::uint64_t count) {
+  auto block = pattern_block([rank](std::uint64_t i) { return fill_value(rank, i); });
+  for (std::uint64_t at = 0; at < count; at += kBlock)
+    std::memcpy(out + at, block.data(), std::min(kBlock, count - at) * sizeof(float));
+}
+
+std::uint64_t count_wrong(int nranks, const float* got, std::uint64_t count, std::uint64_t* first_wrong) {
+  auto block = pattern_block([nranks](std::uint64_t i) { return expected_sum(nranks, i); });
+  std::uint64_t wrong = 0;
+  for (std::uint64_t at = 0; at < count; at += kBlock) {
+    std::uint64_t n = std::min(kBlock, count - at);
+    // Equal bits are equal values here: the sums are small positive integers.
+    if (std::memcmp(got + at, block.data(), n * sizeof(float)) == 0) continue;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (got[at + i] == block[i]) continue;
+      if (wrong++ == 0 && first_wrong) *first_wrong = at + i;
+    }
+  }
+  return wrong;
 }
 
 Bandwidth bandwidth(std::uint64_t bytes, const std::vector<double>& rank_times_us) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <fmt/format.h>
@@ -159,13 +160,13 @@ int run(const WorkerOptions& o) {
   std::uint64_t max_bytes = 0;
   for (auto b : o.sizes) max_bytes = std::max(max_bytes, b);
   std::uint64_t max_count = max_bytes / 4;
-  std::vector<float> host(max_count);
-  for (std::uint64_t i = 0; i < max_count; ++i) host[i] = fill_value(o.rank, i);
+  std::unique_ptr<float[]> host(new float[max_count]);  // each page written once, by the fill
+  fill_values(o.rank, host.get(), max_count);
   CUdeviceptr send = 0, recv = 0;
   CUstream stream = nullptr;
   cuda_check(cuda, cuda.alloc(&send, max_bytes), fmt::format("cuMemAlloc({} bytes)", max_bytes));
   cuda_check(cuda, cuda.alloc(&recv, max_bytes), fmt::format("cuMemAlloc({} bytes)", max_bytes));
-  cuda_check(cuda, cuda.to_device(send, host.data(), max_bytes), "cuMemcpyHtoD");
+  cuda_check(cuda, cuda.to_device(send, host.get(), max_bytes), "cuMemcpyHtoD");
   cuda_check(cuda, cuda.stream_create(&stream, 0), "cuStreamCreate");
   auto* s = reinterpret_cast<cudaStream_t>(stream);  // CUstream and cudaStream_t are one type
 
@@ -184,15 +185,13 @@ int run(const WorkerOptions& o) {
     for (int i = 0; i < o.iters; ++i) reduce();
     cuda_check(cuda, cuda.sync(stream), "cuStreamSynchronize");
     std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
-    cuda_check(cuda, cuda.to_host(host.data(), recv, bytes), "cuMemcpyDtoH");
+    cuda_check(cuda, cuda.to_host(host.get(), recv, bytes), "cuMemcpyDtoH");
     nlohmann::json line = {
         {"event", "size"}, {"bytes", bytes}, {"time_us", elapsed.count() / std::max(o.iters, 1)}, {"wrong", 0}};
-    std::uint64_t wrong = 0;
-    for (std::uint64_t i = 0; i < count; ++i) {
-      float want = expected_sum(o.nranks, i);
-      if (host[i] == want) continue;
-      if (wrong++ == 0) line["first_wrong"] = {{"index", i}, {"got", host[i]}, {"want", want}};
-    }
+    std::uint64_t first = 0;
+    std::uint64_t wrong = count_wrong(o.nranks, host.get(), count, &first);
+    if (wrong > 0)
+      line["first_wrong"] = {{"index", first}, {"got", host[first]}, {"want", expected_sum(o.nranks, first)}};
     line["wrong"] = wrong;
     emit(line);
     if (wrong > 0) break;  // the size that failed is the one to report; later ones add nothing

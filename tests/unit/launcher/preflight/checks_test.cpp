@@ -1,3 +1,6 @@
+#include <cmath>
+#include <vector>
+
 #include <doctest/doctest.h>
 
 #include "sgpu/env/error.hpp"
@@ -48,6 +51,36 @@ TEST_CASE("preflight::expected_sum is the sum of fill_value over ranks") {
       float sum = 0;
       for (int r = 0; r < n; ++r) sum += fill_value(r, i);
       CHECK(sum == expected_sum(n, i));
+    }
+  }
+}
+
+TEST_CASE("preflight::fill_values and count_wrong agree with the scalar pattern") {
+  // Counts around the 7 * 1024-element block the functions copy and compare.
+  for (std::uint64_t count : {0ULL, 1ULL, 7ULL, 7167ULL, 7168ULL, 7169ULL, 3ULL * 7168 + 5}) {
+    for (int nranks : {1, 3, 8}) {
+      CAPTURE(count);
+      CAPTURE(nranks);
+      std::vector<float> buf(count + 1, -1.0F);  // one more: nothing past count is written
+      fill_values(nranks - 1, buf.data(), count);
+      bool same = true;
+      for (std::uint64_t i = 0; i < count; ++i) same = same && buf[i] == fill_value(nranks - 1, i);
+      CHECK(same);
+      CHECK(buf[count] == -1.0F);
+
+      for (std::uint64_t i = 0; i < count; ++i) buf[i] = expected_sum(nranks, i);
+      std::uint64_t first = 99;
+      CHECK(count_wrong(nranks, buf.data(), count, &first) == 0);
+      CHECK(first == 99);
+      if (count < 7) continue;
+      // Wrong values: the last element, then two more earlier in another block.
+      buf[count - 1] += 1;
+      CHECK(count_wrong(nranks, buf.data(), count, &first) == 1);
+      CHECK(first == count - 1);
+      buf[count / 2] = 0;
+      buf[3] = std::nanf("");
+      CHECK(count_wrong(nranks, buf.data(), count, &first) == (count / 2 == 3 ? 2 : 3));
+      CHECK(first == 3);
     }
   }
 }

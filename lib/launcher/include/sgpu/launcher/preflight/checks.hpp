@@ -30,6 +30,14 @@ std::uint64_t parse_bytes(std::string_view text, std::string_view what);
 float fill_value(int rank, std::uint64_t i);
 float expected_sum(int nranks, std::uint64_t i);
 
+// The same over whole buffers, at memcpy and memcmp speed: a 1 GiB check
+// element by element costs seconds of the preflight's CPU. fill_values writes
+// fill_value(rank, i) into out[i]; count_wrong counts the elements of `got`
+// that are not expected_sum(nranks, i) and puts the first one's index in
+// *first_wrong (untouched when there is none).
+void fill_values(int rank, float* out, std::uint64_t count);
+std::uint64_t count_wrong(int nranks, const float* got, std::uint64_t count, std::uint64_t* first_wrong);
+
 // nccl-tests' all_reduce_perf: algbw = bytes / time, busbw = algbw * 2(n-1)/n,
 // in GB/s (1e9 bytes). The time is the average over ranks (its default -a 1).
 struct Bandwidth {
