@@ -15,6 +15,7 @@ import time
 import ddp
 import failure
 import footprint
+import gpu
 import launch
 import multinode
 import output
@@ -38,6 +39,7 @@ SECTIONS = {
     "runs": runs.run,
     "tracking": tracking.run,
     "ray": ray_start.run,
+    "gpu": gpu.run,
 }
 
 METHOD = """\
@@ -126,7 +128,7 @@ def main():
             ctx.log(f"{key}: start")
             before = report.load()
             s = SECTIONS[key](ctx)
-            if not s.skipped:
+            if not s.skipped and not s.measured:  # a recorded section (gpu) says when it was measured
                 s.measured = f"{time.strftime('%Y-%m-%d %H:%M %Z')}, sgpu at {vers['sgpu'].split(' ')[0]}"
                 s.load_before, s.load_after = before, report.load()
             sections.append(s)
