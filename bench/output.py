@@ -1,5 +1,6 @@
 """4. Output: 8 ranks write 1 GiB of lines in total; the launcher's stdout goes to a file."""
 import glob
+import mmap
 import os
 import shutil
 import subprocess
@@ -36,9 +37,14 @@ def cleanup(ctx):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def settle_memory():
+# Memory each run has backed before it starts: this many times what it writes.
+WARM_FACTOR = 6
+
+
+def settle_memory(total):
     """Every run starts from the same memory: the previous run's gigabytes
-    written back (or deleted and discarded), and free memory compacted.
+    written back (or deleted and discarded), free memory compacted, and
+    enough of it backed by the host for the run's writes.
 
     Without the sync, whoever ran after the heaviest writer paid for its
     writeback. Without the compaction, whoever ran after a writer of small
@@ -46,17 +52,36 @@ def settle_memory():
     benchmark's machine, two `dd bs=256K` of 1 GiB each took 2.2-2.9 s right
     after two `dd bs=8K` of 1 GiB had been written and deleted, and 0.26 s
     after the same with `echo 1 > /proc/sys/vm/compact_memory` in between.
-    sgpu writes up to 256 KiB at a time and the tee floor 8 KiB, so sgpu
-    took 2.6 s right after the tee floor and 0.9 s after itself. Compacting
-    needs root; without it the note on the section says so.
+    Compacting needs root; without it the note on the section says so.
+
+    The warm-up is for virtual machines that hand free memory back to their
+    host (free page reporting, as this benchmark's Firecracker VM does): the
+    first write to a page the host took back faults on the host. There, one
+    `dd` of 2 GiB into the page cache took 2.5-3.7 s from cold memory and
+    0.5-0.6 s right after 6 GiB had been touched and freed (the guest's
+    allocator hands out the pages it has not reported yet first). A run that
+    writes twice (sgpu, the tee floor) touched twice the cold memory and paid
+    that much more, at random. So before each run WARM_FACTOR times its
+    output (at most half the available memory) is touched and freed. On a
+    machine whose memory is its own this costs time and changes nothing.
     """
     os.sync()
     try:
         with open("/proc/sys/vm/compact_memory", "w") as f:
             f.write("1")
-        return True
+        compacted = True
     except OSError:
-        return False
+        compacted = False
+    available = next((int(line.split()[1]) << 10 for line in open("/proc/meminfo")
+                      if line.startswith("MemAvailable:")), 0)
+    warm = min(WARM_FACTOR * total, available // 2) & ~(mmap.PAGESIZE - 1)
+    if warm > 0:
+        m = mmap.mmap(-1, warm, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
+        if not getattr(mmap, "MAP_POPULATE", 0):
+            for at in range(0, warm, mmap.PAGESIZE):
+                m[at] = 1
+        m.close()
+    return compacted
 
 
 def logs_problem(ctx, row, per_rank_bytes):
@@ -81,7 +106,7 @@ def own_cpu_per_gib(row, total):
 def one_run(ctx, row, lines_per_rank):
     sink, err = os.path.join(ctx.work, "output.sink"), os.path.join(ctx.work, "output.err")
     cleanup(ctx)
-    if not settle_memory():
+    if not settle_memory(lines_per_rank * LINE * N):
         row.extra["uncompacted"] = True
     run = run_once(row.peer.argv, ctx.env, ctx.root, sink, err, timeout=1200)
     try:
@@ -147,9 +172,10 @@ def run(ctx):
                        "a run after one that wrote in small pieces may take several times as long (see "
                        "`settle_memory` in bench/output.py).")
     else:
-        s.notes.append("Before each run: `sync`, and free memory compacted (/proc/sys/vm/compact_memory), so that no "
-                       "run pays for the memory the previous one left in small pieces (`settle_memory` in "
-                       "bench/output.py says why).")
+        s.notes.append("Before each run: `sync`, free memory compacted (/proc/sys/vm/compact_memory), so that no "
+                       "run pays for the memory the previous one left in small pieces, and "
+                       f"{WARM_FACTOR} times the output touched and freed, so that no run pays for memory this "
+                       "virtual machine had handed back to its host (`settle_memory` in bench/output.py says why).")
     s.notes.append("'launcher's own CPU': user+system time of the launcher process alone (not of the ranks or other "
                    "processes it reaped), read from /proc before it is reaped, per GiB forwarded. On a loaded "
                    "machine it says more than the wall time: 1 / it is what one free core could forward.")
