@@ -127,6 +127,7 @@ def one_run(ctx, row, lines_per_rank):
         row.extra.setdefault("torn", []).append(expected - sum(intact))
         if run.own_cpu is not None:
             row.extra.setdefault("own_cpu", []).append(run.own_cpu)
+        row.extra.setdefault("cpu", []).append(run.cpu)
     finally:
         os.remove(sink)
         cleanup(ctx)
@@ -160,6 +161,8 @@ def run(ctx):
         ("throughput", lambda r: f"{total / median(r.values) / 1e9:.2f} GB/s" if r.ok else "-"),
         ("torn lines", lambda r: str(max(r.extra["torn"])) if r.extra.get("torn") else "-"),
         ("launcher's own CPU", lambda r: own_cpu_per_gib(r, total)),
+        ("CPU of all its processes", lambda r: f"{median(r.extra['cpu']) / (total / 2**30):.2f} s/GiB"
+         if r.ok and r.extra.get("cpu") else "-"),
     ]
     s.table = timing_table(rows, extra_cols=extra)
     s.commands = [shell(r.peer.argv).replace(ctx.work, "$WORK") + " > $WORK/output.sink" for r in rows]
@@ -179,7 +182,15 @@ def run(ctx):
     s.notes.append("'launcher's own CPU': user+system time of the launcher process alone (not of the ranks or other "
                    "processes it reaped), read from /proc before it is reaped, per GiB forwarded. On a loaded "
                    "machine it says more than the wall time: 1 / it is what one free core could forward.")
-    base = rows[0]
+    base, plain = rows[0], next((r for r in rows if r.peer.role == "floor" and r.peer.name != TEE_FLOOR), None)
+    if base.ok and plain and plain.ok and base.extra.get("cpu") and plain.extra.get("cpu"):
+        cpu_ratio = median(base.extra["cpu"]) / median(plain.extra["cpu"])
+        s.notes.append(f"'CPU of all its processes': user+system time of the launcher and everything it reaped (the "
+                       f"ranks, and the floors' `cat`s and `tee`s), per GiB. sgpu's processes used {cpu_ratio:.2f}x "
+                       f"the CPU of plain pipes'. Where both keep every core busy (wall time near CPU / "
+                       f"{os.cpu_count()} cores), that is about the least sgpu ÷ plain pipes can be on this machine: "
+                       "sgpu writes each byte a second time (its log) and prefixes every line, which plain pipes "
+                       "do not.")
     if not base.ok:
         s.sgpu_failure = base.failure
     elif max(base.extra["torn"]):
