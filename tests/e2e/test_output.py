@@ -103,6 +103,43 @@ def test_random_bytes_reach_logs_and_console_without_loss(sgpu):
         assert stdout[r] == want_out + b"\n"
 
 
+@pytest.mark.parametrize("one_file", [False, True], ids=["separate files", "one file, as 2>&1"])
+def test_a_console_that_is_a_file_gets_every_line_whole_and_in_order(sgpu, tmp_path, one_file):
+    """A regular file is written on a thread of its own (a slow disk must not
+    hold up the loop): nothing lost, nothing torn, each rank's lines in order,
+    and sgpu's own last line after every rank's."""
+    lines = 300
+    env = dict(sgpu.env, OMP_NUM_THREADS="1")  # no note from sgpu before the job's lines
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        res = subprocess.run([sgpu.bin, "launch", "--nproc", "4", *no_python(python_program("interleave.py"), str(lines))],
+                             env=env, cwd=sgpu.cwd, stdout=out, stderr=subprocess.STDOUT if one_file else err,
+                             timeout=120)
+    streams = {"o": out_path.read_bytes(), "e": err_path.read_bytes()}
+    assert res.returncode == 0, streams["e"][-2000:] + streams["o"][-2000:]
+    jobs, last = streams["o" if one_file else "e"].split(b"sgpu: ", 1)
+    assert last.startswith(b"4 ranks exited 0") and last.count(b"\n") == 1, last
+    if one_file:
+        segments = console_segments(jobs)
+    else:
+        segments = console_segments(streams["o"]) + console_segments(jobs)
+    for r in range(4):
+        got = [body for rank, body in segments if rank == r]
+        for stream in "oe":
+            want = [interleave.line(r, stream, i) for i in range(lines)]
+            assert [b for b in got if b in set(want)] == want, f"rank {r} {stream}"
+        assert len(got) == 2 * lines, f"rank {r}: {len(got)} segments"
+
+    size = 1_500_000
+    with open(out_path, "wb") as out:
+        res = subprocess.run([sgpu.bin, "launch", "--nproc", "4", *no_python(python_program("lossless.py"), str(size))],
+                             env=env, cwd=sgpu.cwd, stdout=out, stderr=subprocess.PIPE, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stdout = per_rank(console_segments(out_path.read_bytes()), 4)
+    for r in range(4):
+        assert stdout[r] == lossless.data(r, "o", size) + b"\n", f"rank {r}"
+
+
 def test_raw_passes_one_ranks_bytes_untouched(sgpu):
     size = 300_000
     env = dict(sgpu.env, OMP_NUM_THREADS="1")

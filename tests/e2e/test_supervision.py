@@ -1,6 +1,7 @@
 """Supervision that never stalls: a reader that stops reading, MASTER_PORT
 that any program can bind, a thousand ranks on one node, Ctrl-C during a
 large start. Each drives the real binary."""
+import glob
 import json
 import os
 import resource
@@ -47,6 +48,68 @@ def test_the_timeout_holds_while_nobody_reads_stdout(sgpu, tmp_path):
         counted = int((out / f"count-{r}-o").read_text())
         assert counted <= len(got) <= counted + 20_000, (r, counted, len(got))
         assert got == (blob * (len(got) // len(blob) + 1))[:len(got)]
+
+
+@pytest.fixture
+def frozen_disk(tmp_path):
+    """A small ext4 file system of its own (a loop device), and a function
+    that freezes it (fsfreeze): every write to it then waits, as on a hung
+    network disk, until the fixture thaws it."""
+    image, mnt = tmp_path / "disk.img", tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a loop device needs root")
+    subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", str(image)], check=True)
+    if subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("this machine cannot mount a loop device")
+    frozen = []
+
+    def freeze():
+        subprocess.run(["fsfreeze", "-f", str(mnt)], check=True)
+        frozen.append(True)
+
+    def thaw():
+        if frozen:
+            subprocess.run(["fsfreeze", "-u", str(mnt)], check=True)
+            frozen.clear()
+
+    try:
+        yield mnt, freeze, thaw
+    finally:
+        thaw()
+        subprocess.run(["umount", str(mnt)])
+
+
+def test_the_timeout_holds_while_the_console_file_s_disk_is_stuck(sgpu, tmp_path, frozen_disk):
+    # sgpu's stdout is a file on a disk that stops taking writes (a hung NFS
+    # server, a frozen file system): the timeout must still end the ranks.
+    mnt, freeze, thaw = frozen_disk
+    env = dict(sgpu.env, OMP_NUM_THREADS="1")
+    script = "import sys\nwhile True: sys.stdout.write('x' * 99 + '\\n')\n"
+    with open(mnt / "console", "wb") as stdout:  # opened before the freeze: an open would wait too
+        freeze()
+        start = time.monotonic()
+        p = subprocess.Popen([sgpu.bin, "launch", "--nproc", "2", "--timeout", "3s", *no_python("-c", script)],
+                             env=env, cwd=sgpu.cwd, stdout=stdout, stderr=subprocess.PIPE)
+    try:
+        # The ranks' ends are in the run directory (not on the frozen disk) as
+        # soon as sgpu has stopped them.
+        ended = []
+        while time.monotonic() - start < 30 and len(ended) < 2 and p.poll() is None:
+            time.sleep(0.1)
+            runs = glob.glob(os.path.join(sgpu.env["SGPU_HOME"], "runs", "*", "events.jsonl"))
+            events = [json.loads(line) for line in open(runs[0])] if runs else []
+            ended = [e for e in events if e["event"] == "rank_exited"]
+        elapsed = time.monotonic() - start
+        assert len(ended) == 2 and all(e["terminated_by_sgpu"] for e in ended), ended
+        assert elapsed < 8, elapsed  # 3 s and the teardown, not held by the disk
+        assert p.poll() is None  # sgpu still waits for the disk to take the console's bytes
+    finally:
+        thaw()
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 124, err[-2000:]
+    assert (mnt / "console").stat().st_size > 0
 
 
 def test_a_slow_reader_gets_every_line_and_holds_the_ranks_back(sgpu, tmp_path):

@@ -9,14 +9,27 @@
 
 #include <fmt/format.h>
 
+#include "sgpu/launcher/outputs/file_writer_thread.hpp"
+
 namespace sgpu::launcher {
 namespace asio = boost::asio;
 
 ConsoleWriter::ConsoleWriter(asio::io_context& io, int fd, std::size_t low_water, std::size_t limit,
-                             std::function<void()> on_drained)
+                             std::function<void()> on_drained, FileWriterThread* files)
     : fd_(fd), low_water_(low_water), limit_(limit), on_drained_(std::move(on_drained)) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return;
+  if (S_ISREG(st.st_mode) && files) {
+    // A description of the shell's own (its offset, O_APPEND or not), on a
+    // descriptor that the ranks do not inherit.
+    int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (dup >= 0) {
+      mode_ = Mode::Threaded;
+      files_ = files;
+      file_ = AppendFile::adopt(dup, fmt::format("fd {}", fd));
+    }
+    return;
+  }
   int own = -1;
   if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
     own = ::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -58,6 +71,10 @@ long ConsoleWriter::write_some(std::string_view bytes) {
 
 void ConsoleWriter::write(std::string_view bytes) {
   if (broken_ || bytes.empty()) return;
+  if (mode_ == Mode::Threaded) {
+    files_->append(file_, bytes);  // its own flow holds the ranks back while the disk lags
+    return;
+  }
   if (!armed_ && pending() > 0) flush();  // nothing waits for writable: try again now
   if (pending() == 0) {
     while (!bytes.empty()) {
@@ -127,6 +144,10 @@ void ConsoleWriter::arm() {
 }
 
 std::size_t ConsoleWriter::finish(bool wait) {
+  if (mode_ == Mode::Threaded) {
+    files_->drain();  // a file takes everything: nothing is dropped
+    return dropped_;
+  }
   flush();
   while (wait && pending() > 0 && !broken_) {
     pollfd p{fd_, POLLOUT, 0};

@@ -46,6 +46,13 @@ AppendFile AppendFile::deferred(const std::string& path) {
   return f;
 }
 
+AppendFile AppendFile::adopt(int fd, std::string name) {
+  AppendFile f;
+  f.fd_ = fd;
+  f.path_ = std::move(name);
+  return f;
+}
+
 bool AppendFile::open_deferred() {
   deferred_ = false;
   std::error_code ec;

@@ -71,7 +71,7 @@ class ConsolePrinter : public JobObserver {
   // rank exited) nothing may wait on the reader.
   void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;
   void on_teardown(const env::JobEnd& cause) override;
-  std::vector<std::shared_ptr<OutputFlow>> output_flows() override { return {sink_.flow()}; }
+  std::vector<std::shared_ptr<OutputFlow>> output_flows() override { return sink_.flows(); }
 
  private:
   bool shown(int rank) const;

@@ -13,10 +13,12 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
 #include "sgpu/launcher/outputs/console_writer.hpp"
+#include "sgpu/launcher/outputs/file_writer_thread.hpp"
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/output_flow.hpp"
 
@@ -43,7 +45,8 @@ class ConsoleSink {
   // Erases the status line for good, e.g. before the final report.
   void clear_status();
 
-  const std::shared_ptr<OutputFlow>& flow() const { return flow_; }
+  // The reader's backpressure, and the disk's where the console is a file.
+  std::vector<std::shared_ptr<OutputFlow>> flows() const;
   // The job is ending: no more backpressure, and nothing left on the event
   // loop for the reader (the loop ends with the job).
   void release();
@@ -58,6 +61,10 @@ class ConsoleSink {
 
   std::shared_ptr<OutputFlow> flow_ = std::make_shared<OutputFlow>();
   std::array<std::unique_ptr<ConsoleWriter>, 2> writers_;  // [1] is null when stdout and stderr are one fd
+  // Writes the console's regular files, in the order written (stdout and
+  // stderr both, when both are files). Declared after writers_: it drains
+  // into their files before they close.
+  std::unique_ptr<FileWriterThread> files_;
   std::size_t index_err_ = 1;
   std::array<bool, 2> terminal_{false, false};  // only lines bound for a terminal move the status line
   int status_fd_;

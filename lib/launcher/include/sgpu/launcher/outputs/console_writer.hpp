@@ -6,7 +6,10 @@
 // A pipe or terminal is opened again through /proc/self/fd with O_NONBLOCK:
 // a description of sgpu's own, so the shell's (shared) one is never switched
 // to non-blocking. A socket gets send(MSG_DONTWAIT). A regular file (or
-// anything else) is written as before: such writes do not wait on a reader.
+// anything else) does not wait on a reader, but its writes copy every byte
+// into the page cache and may wait for a slow disk: given a FileWriterThread,
+// a regular file is written on that thread, as the run logs are, so neither
+// the copying nor the disk holds up the event loop.
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -16,13 +19,17 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include "sgpu/launcher/outputs/run_files.hpp"
+
 namespace sgpu::launcher {
 
 class ConsoleWriter {
  public:
   // `on_drained` runs when the buffer drops below `low_water` after a wait.
+  // `files`, when given, writes a regular file's bytes; it must outlive the
+  // writer's last write and finish().
   ConsoleWriter(boost::asio::io_context& io, int fd, std::size_t low_water, std::size_t limit,
-                std::function<void()> on_drained);
+                std::function<void()> on_drained, class FileWriterThread* files = nullptr);
   ~ConsoleWriter();
   ConsoleWriter(const ConsoleWriter&) = delete;
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
@@ -44,7 +51,7 @@ class ConsoleWriter {
   std::size_t finish(bool wait);
 
  private:
-  enum class Mode { Blocking, NonBlocking, Socket };
+  enum class Mode { Blocking, NonBlocking, Socket, Threaded };
   long write_some(std::string_view bytes);  // bytes taken; 0 when it would block; -1 broken
   void flush();
   void arm();
@@ -65,6 +72,8 @@ class ConsoleWriter {
   // (the loop outlives the console in a multi-node launcher) touches nothing.
   std::shared_ptr<char> alive_ = std::make_shared<char>();
   bool broken_ = false;
+  FileWriterThread* files_ = nullptr;  // Mode::Threaded: writes file_
+  AppendFile file_;
 };
 
 }  // namespace sgpu::launcher

@@ -31,6 +31,9 @@ class AppendFile {
   // before: a launcher of thousands of remote ranks must not stall its event
   // loop creating files for them all at once. Failures go to error().
   static AppendFile deferred(const std::string& path);
+  // Takes `fd` (open for writing) as its own, closing it when done; `name`
+  // stands for the path in messages.
+  static AppendFile adopt(int fd, std::string name);
   // Creates a deferred file that nothing was appended to (an empty log).
   void create();
   ~AppendFile();
