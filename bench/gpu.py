@@ -13,22 +13,19 @@ says so.
 """
 import json
 import os
-import shutil
-import statistics
 import subprocess
+import sys
 
-from report import Section, fmt_ratio, fmt_seconds
+from harness import Peer, Row, ratio, sgpu_row
+from report import Section, fmt_ratio, fmt_seconds, read_text, timing_table
 
 RECORD = os.path.join("bench", "gpu-record")
 SIZES_SHOWN = {8, 1 << 20, 64 << 20, 1 << 30}
+EXPECTED_TO_FAIL = ("gpu-type-other", "gpus-too-many")  # exit 2: a GPU type or count that is not there
 
 
 def _read(folder, name):
-    try:
-        with open(os.path.join(folder, name)) as f:
-            return f.read()
-    except OSError:
-        return ""
+    return read_text(os.path.join(folder, name))
 
 
 def _fmt_bytes(n):
@@ -57,23 +54,28 @@ def steps(summary):
     return rows
 
 
-def timings(text):
-    runs = {}
+def timing_rows(text):
+    """timing-runs.txt ("LAUNCHER EXIT SECONDS" per run) as the benchmark's rows."""
+    rows = {name: Row(Peer(name, [], "sgpu" if name == "sgpu" else "peer")) for name in ("sgpu", "torchrun")}
     for line in text.splitlines():
         who, rc, seconds = line.split()
-        runs.setdefault(who, []).append((int(rc), float(seconds)))
-    return runs
+        if who not in rows:
+            continue
+        rows[who].values.append(float(seconds))
+        if rc != "0":
+            rows[who].fail(f"a run exited {rc}")
+    return list(rows.values())
 
 
 def render(s, folder, machine):
     summary = _read(folder, "summary.txt")
-    rows = steps(summary)
-    if not rows:
+    done = steps(summary)
+    if not done:
         s.skipped = f"no scripts/gpu-check output in {folder}"
         return s
     s.more_tables.append((f"Each command of scripts/gpu-check, once ({machine}):",
                           [["step", "exit", "wall time", "command"]] +
-                          [[name, str(rc), fmt_seconds(sec), f"`{cmd}`"] for name, rc, sec, cmd in rows]))
+                          [[name, str(rc), fmt_seconds(sec), f"`{cmd}`"] for name, rc, sec, cmd in done]))
     doctor = json.loads(_read(folder, "doctor-json.out") or "{}")
     sizes = doctor.get("allreduce", {}).get("sizes", [])
     if sizes:
@@ -85,24 +87,17 @@ def render(s, folder, machine):
         s.more_tables.append((f"`sgpu doctor`: **{doctor.get('status')}** in {doctor.get('duration_s', 0):.1f} s, "
                               f"NCCL {doctor.get('nccl_version')}, {what}; the all-reduce at four of its sizes "
                               "(one GPU: busbw is 0 by definition, algbw is the GPU's own copy):", table))
-    runs = timings(_read(folder, "timing-runs.txt"))
-    if {"sgpu", "torchrun"} <= runs.keys():
-        med = {w: statistics.median(t for _, t in r) for w, r in runs.items()}
-        failed = {w for w, r in runs.items() if any(rc != 0 for rc, _ in r)}
-        s.table = [["launcher", "median", "spread (min - max)", "runs", "÷ sgpu"]]
-        for who in ("sgpu", "torchrun"):
-            ts = [t for _, t in runs[who]]
-            s.table.append([who, fmt_seconds(med[who]), f"{fmt_seconds(min(ts))} - {fmt_seconds(max(ts))}",
-                            str(len(ts)), "1" if who == "sgpu" else
-                            ("failed" if failed else fmt_ratio(med[who] / med["sgpu"]))])
-        if not failed:
-            s.headline.append(("torchrun ÷ sgpu, a 1-GPU PyTorch NCCL job end to end",
-                               fmt_ratio(med["torchrun"] / med["sgpu"])))
+    rows = timing_rows(_read(folder, "timing-runs.txt"))
+    if all(r.values for r in rows):
+        s.table = timing_table(rows)
+        value, _ = ratio(rows[1], sgpu_row(rows))
+        if value is not None:
+            s.headline.append(("torchrun ÷ sgpu, a 1-GPU PyTorch NCCL job end to end", fmt_ratio(value)))
     preflight = next((line for line in _read(folder, "preflight.err").splitlines()
                       if line.startswith("sgpu: preflight:")), "")
     if preflight:
         s.headline.append(("`--preflight` on the job's GPU", preflight.removeprefix("sgpu: preflight: ")))
-    bad = [name for name, rc, _, _ in rows if rc != 0 and name not in ("gpu-type-other", "gpus-too-many")]
+    bad = [name for name, rc, _, _ in done if (rc != 0) != (name in EXPECTED_TO_FAIL)]
     s.notes.append("Every step exited as it should (0, and 2 for the GPU type and the GPU count that are not there)."
                    if not bad else f"Steps that failed: {', '.join(bad)}.")
     return s
@@ -114,10 +109,8 @@ def run(ctx):
     if not ctx.quick and has_gpu(ctx):
         folder = ctx.scratch("gpu-check")
         env = dict(ctx.env, SGPU_BIN=ctx.sgpu)
-        with open(os.path.join(folder + ".txt"), "w") as summary:
-            subprocess.run(["scripts/gpu-check", folder], cwd=ctx.root, env=env, stdout=summary, check=False)
-        shutil.move(folder + ".txt", os.path.join(folder, "summary.txt"))
-        s.commands = [f"SGPU_BIN={ctx.sgpu} scripts/gpu-check {folder} > {folder}/summary.txt"]
+        subprocess.run(["scripts/gpu-check", folder], cwd=ctx.root, env=env, stdout=subprocess.DEVNULL, check=False)
+        s.commands = [f"SGPU_BIN={ctx.sgpu} scripts/gpu-check {folder}"]
         s.notes.append(f"Keep this run as the record for machines without a GPU: copy {folder} to {RECORD}/ "
                        "with a machine.txt.")
         return render(s, folder, "this machine")
@@ -135,3 +128,8 @@ def run(ctx):
         if key in machine:
             s.notes.append(f"{key}: {machine[key]}")
     return render(s, folder, "the recorded machine")
+
+
+if __name__ == "__main__":
+    # scripts/gpu-check's own summary: python3 bench/gpu.py OUT_DIR
+    print(render(Section("gpu", "sgpu on this machine's GPU"), sys.argv[1], "this machine").compact())

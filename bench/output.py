@@ -7,7 +7,7 @@ import subprocess
 
 from harness import Peer, median, run_once, tail, describe_exit
 from peers import TORCH_PYTHON, alternate, floor_tee, launchers, missing_tools, rows_for
-from report import Section, fmt_ratio, shell, timing_table
+from report import Section, fmt_ratio, read_text, shell, timing_table
 from writer import line_for
 
 N = 8
@@ -72,15 +72,11 @@ def settle_memory(total):
         compacted = True
     except OSError:
         compacted = False
-    available = next((int(line.split()[1]) << 10 for line in open("/proc/meminfo")
+    available = next((int(line.split()[1]) << 10 for line in read_text("/proc/meminfo").splitlines()
                       if line.startswith("MemAvailable:")), 0)
     warm = min(WARM_FACTOR * total, available // 2) & ~(mmap.PAGESIZE - 1)
     if warm > 0:
-        m = mmap.mmap(-1, warm, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
-        if not getattr(mmap, "MAP_POPULATE", 0):
-            for at in range(0, warm, mmap.PAGESIZE):
-                m[at] = 1
-        m.close()
+        mmap.mmap(-1, warm, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE).close()
     return compacted
 
 

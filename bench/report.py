@@ -8,7 +8,8 @@ import subprocess
 from harness import median, ratio, sgpu_row, floor_row, spread
 
 
-def _read(path):
+def read_text(path):
+    """The file's text, or "" when it cannot be read."""
     try:
         with open(path) as f:
             return f.read()
@@ -24,15 +25,15 @@ def _cmd(argv):
 
 
 def machine():
-    cpuinfo = _read("/proc/cpuinfo")
+    cpuinfo = read_text("/proc/cpuinfo")
     fields = dict(line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line)
     fields = {k.strip(): v.strip() for k, v in fields.items()}
     model = fields.get("model name", platform.processor() or "unknown")
     if "cpu family" in fields:
         model += f" (family {fields['cpu family']}, model {fields.get('model', '?')}, {fields.get('cpu MHz', '?')} MHz)"
-    mem_kib = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
+    mem_kib = next((int(line.split()[1]) for line in read_text("/proc/meminfo").splitlines()
                     if line.startswith("MemTotal:")), 0)
-    os_name = next((line.split("=", 1)[1].strip('"') for line in _read("/etc/os-release").splitlines()
+    os_name = next((line.split("=", 1)[1].strip('"') for line in read_text("/etc/os-release").splitlines()
                     if line.startswith("PRETTY_NAME=")), "unknown")
     hypervisor = next((line.split(":", 1)[1].strip() for line in _cmd(["lscpu"]).splitlines()
                        if line.startswith("Hypervisor vendor")), "")
@@ -47,8 +48,8 @@ def machine():
 
 def load():
     """The 1-minute load average and the CPU pressure: how busy the machine was."""
-    avg1 = _read("/proc/loadavg").split()[:1]
-    pressure = _read("/proc/pressure/cpu").split("\n")[0]
+    avg1 = read_text("/proc/loadavg").split()[:1]
+    pressure = read_text("/proc/pressure/cpu").split("\n")[0]
     some = next((f.split("=")[1] for f in pressure.split() if f.startswith("avg60=")), "?")
     return f"load average {avg1[0] if avg1 else '?'}, CPU pressure (some, 60 s) {some}%"
 
