@@ -1,7 +1,6 @@
 #include "sgpu/launcher/outputs/console_sink.hpp"
 
 #include <sys/ioctl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 namespace sgpu::launcher {
@@ -19,18 +18,13 @@ std::size_t terminal_width(int fd) {
 }  // namespace
 
 ConsoleSink::ConsoleSink(boost::asio::io_context& io, int out_fd, int err_fd, int status_fd)
-    : terminal_{::isatty(out_fd) == 1, ::isatty(err_fd) == 1}, status_fd_(status_fd) {
+    : files_(io), terminal_{::isatty(out_fd) == 1, ::isatty(err_fd) == 1}, status_fd_(status_fd) {
   auto drained = [this] { on_drained(); };
-  auto regular = [](int fd) {
-    struct stat st {};
-    return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  };
-  if (regular(out_fd) || regular(err_fd)) files_ = std::make_unique<FileWriterThread>(io);
-  writers_[0] = std::make_unique<ConsoleWriter>(io, out_fd, kResumeAt, kLimit, drained, files_.get());
+  writers_[0] = std::make_unique<ConsoleWriter>(io, out_fd, kResumeAt, kLimit, drained, files_);
   if (err_fd == out_fd) {
     index_err_ = 0;  // -o json: both streams on stderr, in the order they came
   } else {
-    writers_[1] = std::make_unique<ConsoleWriter>(io, err_fd, kResumeAt, kLimit, drained, files_.get());
+    writers_[1] = std::make_unique<ConsoleWriter>(io, err_fd, kResumeAt, kLimit, drained, files_);
   }
   status_writer_ = status_fd == out_fd ? 0 : index_err_;
 }
@@ -89,16 +83,13 @@ void ConsoleSink::clear_status() {
   writers_[status_writer_]->write(kErase);
 }
 
-std::vector<std::shared_ptr<OutputFlow>> ConsoleSink::flows() const {
-  if (files_) return {flow_, files_->flow()};
-  return {flow_};
-}
+std::vector<std::shared_ptr<OutputFlow>> ConsoleSink::flows() const { return {flow_, files_.flow()}; }
 
 void ConsoleSink::release() {
   for (auto& w : writers_)
     if (w) w->stop_waiting();
   flow_->release();
-  if (files_) files_->flow()->release();
+  files_.flow()->release();
 }
 
 std::size_t ConsoleSink::finish(bool wait) {

@@ -15,17 +15,17 @@ namespace sgpu::launcher {
 namespace asio = boost::asio;
 
 ConsoleWriter::ConsoleWriter(asio::io_context& io, int fd, std::size_t low_water, std::size_t limit,
-                             std::function<void()> on_drained, FileWriterThread* files)
+                             std::function<void()> on_drained, FileWriterThread& files)
     : fd_(fd), low_water_(low_water), limit_(limit), on_drained_(std::move(on_drained)) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return;
-  if (S_ISREG(st.st_mode) && files) {
+  if (S_ISREG(st.st_mode)) {
     // A description of the shell's own (its offset, O_APPEND or not), on a
     // descriptor that the ranks do not inherit.
     int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (dup >= 0) {
       mode_ = Mode::Threaded;
-      files_ = files;
+      files_ = &files;
       file_ = AppendFile::adopt(dup, fmt::format("fd {}", fd));
     }
     return;

@@ -160,7 +160,7 @@ int run(const WorkerOptions& o) {
   std::uint64_t max_bytes = 0;
   for (auto b : o.sizes) max_bytes = std::max(max_bytes, b);
   std::uint64_t max_count = max_bytes / 4;
-  std::unique_ptr<float[]> host(new float[max_count]);  // each page written once, by the fill
+  auto host = std::make_unique_for_overwrite<float[]>(max_count);  // each page written once, by the fill
   fill_values(o.rank, host.get(), max_count);
   CUdeviceptr send = 0, recv = 0;
   CUstream stream = nullptr;

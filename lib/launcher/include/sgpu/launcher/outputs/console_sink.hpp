@@ -62,9 +62,10 @@ class ConsoleSink {
   std::shared_ptr<OutputFlow> flow_ = std::make_shared<OutputFlow>();
   std::array<std::unique_ptr<ConsoleWriter>, 2> writers_;  // [1] is null when stdout and stderr are one fd
   // Writes the console's regular files, in the order written (stdout and
-  // stderr both, when both are files). Declared after writers_: it drains
-  // into their files before they close.
-  std::unique_ptr<FileWriterThread> files_;
+  // stderr both, when both are files); its thread starts on the first byte,
+  // so a console of pipes and terminals never has one. Declared after
+  // writers_: it drains into their files before they close.
+  FileWriterThread files_;
   std::size_t index_err_ = 1;
   std::array<bool, 2> terminal_{false, false};  // only lines bound for a terminal move the status line
   int status_fd_;

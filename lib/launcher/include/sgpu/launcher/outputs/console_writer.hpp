@@ -7,9 +7,9 @@
 // a description of sgpu's own, so the shell's (shared) one is never switched
 // to non-blocking. A socket gets send(MSG_DONTWAIT). A regular file (or
 // anything else) does not wait on a reader, but its writes copy every byte
-// into the page cache and may wait for a slow disk: given a FileWriterThread,
-// a regular file is written on that thread, as the run logs are, so neither
-// the copying nor the disk holds up the event loop.
+// into the page cache and may wait for a slow disk: a regular file is
+// written on a FileWriterThread, as the run logs are, so neither the copying
+// nor the disk holds up the event loop.
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -26,10 +26,10 @@ namespace sgpu::launcher {
 class ConsoleWriter {
  public:
   // `on_drained` runs when the buffer drops below `low_water` after a wait.
-  // `files`, when given, writes a regular file's bytes; it must outlive the
-  // writer's last write and finish().
+  // `files` writes a regular file's bytes; it must outlive the writer's last
+  // write and finish().
   ConsoleWriter(boost::asio::io_context& io, int fd, std::size_t low_water, std::size_t limit,
-                std::function<void()> on_drained, class FileWriterThread* files = nullptr);
+                std::function<void()> on_drained, class FileWriterThread& files);
   ~ConsoleWriter();
   ConsoleWriter(const ConsoleWriter&) = delete;
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
