@@ -127,7 +127,8 @@ def test_a_console_that_is_a_file_gets_every_line_whole_and_in_order(sgpu, tmp_p
         got = [body for rank, body in segments if rank == r]
         for stream in "oe":
             want = [interleave.line(r, stream, i) for i in range(lines)]
-            assert [b for b in got if b in set(want)] == want, f"rank {r} {stream}"
+            wanted = set(want)
+            assert [b for b in got if b in wanted] == want, f"rank {r} {stream}"
         assert len(got) == 2 * lines, f"rank {r}: {len(got)} segments"
 
     size = 1_500_000
