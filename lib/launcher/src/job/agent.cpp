@@ -344,7 +344,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     client.send(rdzv::RankStarted{static_cast<std::uint32_t>(rank), pid});
   }
 
-  void on_rank_output(int rank, Stream stream, std::string_view bytes) override {
+  void on_rank_output(int rank, Stream stream, std::string_view bytes, const BytesOwner& /*owner*/) override {
     client.send(rdzv::RankOutput{static_cast<std::uint32_t>(rank), wire(stream), std::string(bytes)});
   }
 

@@ -5,6 +5,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -256,7 +258,10 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   }
 
   void handle(std::uint32_t node, rdzv::RankOutput& m) {
-    if (valid(node, m)) observer->on_rank_output(static_cast<int>(m.rank), local(m.stream), m.bytes);
+    if (!valid(node, m)) return;
+    // The message's bytes, moved (not copied) where the log writer can keep them.
+    auto bytes = std::make_shared<const std::string>(std::move(m.bytes));
+    observer->on_rank_output(static_cast<int>(m.rank), local(m.stream), *bytes, bytes);
   }
 
   void handle(std::uint32_t node, rdzv::RankOutputClosed& m) {

@@ -92,7 +92,7 @@ void ConsolePrinter::append_segment(std::string_view prefix, std::string_view se
   if (last != '\n' && (last != '\r' || at_end)) out_.push_back('\n');
 }
 
-void ConsolePrinter::on_rank_output(int rank, Stream stream, std::string_view bytes) {
+void ConsolePrinter::on_rank_output(int rank, Stream stream, std::string_view bytes, const BytesOwner& /*owner*/) {
   if (!shown(rank)) return;
   if (options_.raw_rank) {
     sink_.write(stream, bytes);  // bytes as they come: progress bars, curses, tools that want a terminal
@@ -103,7 +103,7 @@ void ConsolePrinter::on_rank_output(int rank, Stream stream, std::string_view by
   const auto& p = prefix(rank, stream);
   splitters_[{rank, stream}].feed(bytes, [&](std::string_view s) { append_segment(p, s, false); });
   // One write per chunk of whole segments: another rank's line can never land inside.
-  sink_.write(stream, out_);
+  sink_.hand_over(stream, out_);
 }
 
 void ConsolePrinter::on_rank_output_closed(int rank, Stream stream) {

@@ -61,6 +61,17 @@ void ConsoleSink::write(Stream stream, std::string_view bytes) {
   check_pause();
 }
 
+void ConsoleSink::hand_over(Stream stream, std::string& bytes) {
+  auto idx = static_cast<std::size_t>(stream == Stream::Out ? 0 : 1);
+  if (status_.empty() || !terminal_[idx]) {
+    stream_writer(stream).hand_over(bytes);
+    check_pause();
+    return;
+  }
+  write(stream, bytes);
+  bytes.clear();
+}
+
 void ConsoleSink::set_status(std::string_view text) {
   if (status_fd_ < 0) return;
   auto& w = *writers_[status_writer_];

@@ -99,6 +99,15 @@ void ConsoleWriter::write(std::string_view bytes) {
   arm();
 }
 
+void ConsoleWriter::hand_over(std::string& bytes) {
+  if (mode_ == Mode::Threaded && !broken_) {
+    files_->give(file_, bytes);
+    return;
+  }
+  write(bytes);
+  bytes.clear();
+}
+
 void ConsoleWriter::flush() {
   while (pending() > 0) {
     long n = write_some(std::string_view(buffer_).substr(head_));

@@ -23,8 +23,52 @@ FileWriterThread::~FileWriterThread() {
   thread_.join();
 }
 
-void FileWriterThread::append(AppendFile& file, std::string_view bytes) {
+void FileWriterThread::append(AppendFile& file, std::string_view bytes) { append(file, bytes, nullptr); }
+
+void FileWriterThread::append(AppendFile& file, std::string_view bytes, const BytesOwner& owner) {
   if (bytes.empty()) return;
+  Block block{&file, {}, nullptr, {}};
+  if (owner && bytes.size() >= kShareFrom) {
+    block.owner = owner;
+    block.shared = bytes;
+  } else {
+    {
+      std::lock_guard lock(mutex_);
+      block.copy = spare(bytes.size());
+    }
+    block.copy.assign(bytes);
+  }
+  enqueue(std::move(block));
+}
+
+void FileWriterThread::give(AppendFile& file, std::string& bytes) {
+  if (bytes.empty()) return;
+  auto size = bytes.size();
+  Block block{&file, std::move(bytes), nullptr, {}};
+  {
+    std::lock_guard lock(mutex_);
+    bytes = spare(size);  // filled again with about as much
+  }
+  enqueue(std::move(block));
+}
+
+std::string FileWriterThread::spare(std::size_t want) {
+  // The smallest that holds `want`, else the biggest: the console's big
+  // buffers go back to the console, the small copies' to small copies.
+  auto best = spare_.end();
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    bool fits = it->capacity() >= want;
+    if (best == spare_.end() || (fits && (best->capacity() < want || it->capacity() < best->capacity())) ||
+        (!fits && best->capacity() < want && it->capacity() > best->capacity()))
+      best = it;
+  }
+  if (best == spare_.end()) return {};
+  auto buffer = std::move(*best);
+  spare_.erase(best);
+  return buffer;
+}
+
+void FileWriterThread::enqueue(Block block) {
   if (!thread_.joinable()) {
     // Signals are the loop's business (Asio's signal set): none for this thread.
     sigset_t all;
@@ -38,14 +82,8 @@ void FileWriterThread::append(AppendFile& file, std::string_view bytes) {
   {
     std::unique_lock lock(mutex_);
     done_.wait(lock, [this] { return queued_ < kLimit; });
-    std::string buffer;
-    if (!spare_.empty()) {
-      buffer = std::move(spare_.back());
-      spare_.pop_back();
-    }
-    buffer.assign(bytes);
-    queue_.push_back({&file, std::move(buffer)});
-    queued_ += bytes.size();
+    queued_ += block.bytes().size();
+    queue_.push_back(std::move(block));
     if (queued_ >= kPauseAt && !paused_) {
       paused_ = pause = true;
       hold_ = std::make_shared<WorkGuard>(io_.get_executor());
@@ -69,12 +107,15 @@ void FileWriterThread::run() {
     Block block = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    block.file->append(block.bytes);
+    auto bytes = block.bytes();
+    block.file->append(bytes);
+    bool owned = block.owner != nullptr;
+    block.owner.reset();  // the read buffer goes back to its pool now, not under the lock
     lock.lock();
-    queued_ -= block.bytes.size();
-    if (spare_.size() < kSpareBuffers) {
-      block.bytes.clear();
-      spare_.push_back(std::move(block.bytes));
+    queued_ -= bytes.size();
+    if (!owned && spare_.size() < kSpareBuffers) {
+      block.copy.clear();
+      spare_.push_back(std::move(block.copy));
     }
     if (paused_ && queued_ <= kResumeAt) {
       paused_ = false;

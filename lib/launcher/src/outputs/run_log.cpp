@@ -94,8 +94,8 @@ void RunLog::on_rank_started(int rank, int pid) {
       {{"event", "rank_started"}, {"rank", rank}, {"host", host_of(rank)}, {"attempt", attempt_}, {"pid", pid}});
 }
 
-void RunLog::on_rank_output(int rank, Stream stream, std::string_view bytes) {
-  writer_.append(logs_[log_index(rank, stream)], bytes);
+void RunLog::on_rank_output(int rank, Stream stream, std::string_view bytes, const BytesOwner& owner) {
+  writer_.append(logs_[log_index(rank, stream)], bytes, owner);
 }
 
 void RunLog::on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) {

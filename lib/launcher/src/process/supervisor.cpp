@@ -3,6 +3,7 @@
 #include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/launcher/process/orphan_guard.hpp"
+#include "sgpu/launcher/process/read_buffers.hpp"
 
 #include <unistd.h>
 #include <algorithm>
@@ -25,6 +26,9 @@ namespace {
 // One read takes up to a full stdout pipe (rank_pipe_size): fewer reads, and
 // fewer and bigger writes to the console and the logs.
 constexpr std::size_t kReadChunk = 256 << 10;
+// Read buffers kept for reuse: what the log writer holds before it pauses
+// the reads (FileWriterThread::kPauseAt), and one more.
+constexpr std::size_t kSpareReadBuffers = (4 << 20) / kReadChunk + 1;
 // Ranks started between two turns of the event loop.
 constexpr std::size_t kSpawnBatch = 32;
 // After the last rank exits, how long a pipe may stay open (held by a process
@@ -60,9 +64,10 @@ struct Supervisor::State : JobControl::Actions {
   // Backpressure: the console's (its reader lags) and the run log's (its disk lags).
   std::vector<std::weak_ptr<OutputFlow>> flows;
   std::size_t stdout_pipe = 0;  // each rank's stdout pipe size (rank_pipe_size)
-  // Every pipe is read into this, one at a time; allocated on the first
-  // read (a job that prints nothing never needs it).
-  std::unique_ptr<char[]> chunk;
+  // Every pipe is read into the current one of these, one at a time; the
+  // first is allocated on the first read (a job that prints nothing never
+  // needs one), another only while an observer keeps the last.
+  ReadBuffers buffers{kReadChunk, kSpareReadBuffers};
 
   ~State() {
     forget_flows();  // their waiting reads point into this
@@ -116,15 +121,15 @@ struct Supervisor::State : JobControl::Actions {
     observer.on_restart(attempt, cause, backoff);
   }
 
-  // Reads the pipe into the one buffer all ranks share (no buffer per rank,
-  // so memory does not grow with the ranks); when it is empty, waits until
-  // it is readable. A pipe that had data is read again from the loop's
+  // Reads the pipe into the buffer all ranks share (no buffer per rank, so
+  // memory does not grow with the ranks); when it is empty, waits until it
+  // is readable. A pipe that had data is read again from the loop's
   // queue (post), so a busy rank never starves the others or the timers.
   void read(Rank& r, Stream stream) {
     auto& pipe = stream == Stream::Out ? r.process->out() : r.process->err();
-    if (!chunk) chunk.reset(new char[kReadChunk]);  // NOLINT: uninitialised on purpose, read() fills it
+    char* chunk = buffers.current();
     ssize_t n = 0;
-    while ((n = ::read(pipe.native_handle(), chunk.get(), kReadChunk)) < 0 && errno == EINTR) {
+    while ((n = ::read(pipe.native_handle(), chunk, buffers.size())) < 0 && errno == EINTR) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pipe.async_wait(asio::posix::stream_descriptor::wait_read, [this, &r, stream](boost::system::error_code ec) {
@@ -137,7 +142,8 @@ struct Supervisor::State : JobControl::Actions {
       return;
     }
     if (n > 0)
-      observer.on_rank_output(r.record.rank, stream, std::string_view(chunk.get(), static_cast<std::size_t>(n)));
+      observer.on_rank_output(r.record.rank, stream, std::string_view(chunk, static_cast<std::size_t>(n)),
+                              buffers.owner());
     if (n <= 0) {  // end of file, or an error: nothing more comes from this pipe
       close_pipe(r, stream);
       return;

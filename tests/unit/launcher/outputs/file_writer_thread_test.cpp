@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
@@ -77,6 +78,38 @@ TEST_CASE("launcher::FileWriterThread") {
       writer.append(file, "second\n");
     }  // both fit in the FIFO: the destructor returns once they are in it
     CHECK(fifo.take(0) == "first\nsecond\n");
+  }
+  SUBCASE("a big piece is queued by its owner, not copied; a small one is copied") {
+    FileWriterThread writer(io);
+    auto big = std::make_shared<std::string>(FileWriterThread::kShareFrom, 'b');
+    auto small = std::make_shared<std::string>("small\n");
+    writer.append(file, *big, big);
+    writer.append(file, *small, small);
+    // The FIFO holds 64 KiB: the big piece waits in the queue, and so does
+    // its owner; the small one was copied, so its owner was never kept.
+    CHECK(big.use_count() == 2);
+    CHECK(small.use_count() == 1);
+    small->assign("CHANGED");
+    std::string got;
+    while (got.size() < big->size() + 6) got += fifo.take(1000);
+    writer.drain();
+    CHECK(got == *big + "small\n");
+    CHECK(big.use_count() == 1);  // written: let go
+  }
+  SUBCASE("a given buffer is written as it is, in order with the copies, and a spare comes back") {
+    FileWriterThread writer(io);
+    const std::string one = "[0] " + std::string(1000, '1') + "\n";
+    std::string lines = one;
+    writer.give(file, lines);
+    CHECK(lines.empty());
+    writer.append(file, "[1] two\n");
+    writer.drain();
+    lines.assign(one);
+    writer.give(file, lines);
+    CHECK(lines.empty());
+    CHECK(lines.capacity() >= one.size());  // the first one's, written: the big spare, not the small
+    writer.drain();
+    CHECK(fifo.take(0) == one + "[1] two\n" + one);
   }
   SUBCASE("nothing appended: no thread, nothing paused, drain returns at once") {
     FileWriterThread writer(io);

@@ -63,7 +63,7 @@ class ConsolePrinter : public JobObserver {
  public:
   ConsolePrinter(ConsoleSink& sink, ConsoleOptions options);
 
-  void on_rank_output(int rank, Stream stream, std::string_view bytes) override;
+  void on_rank_output(int rank, Stream stream, std::string_view bytes, const BytesOwner& owner) override;
   void on_rank_output_closed(int rank, Stream stream) override;
   // One line on stderr per restart: which attempt, why, and the wait.
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
@@ -83,7 +83,7 @@ class ConsolePrinter : public JobObserver {
   std::vector<bool> shown_;
   std::map<std::pair<int, Stream>, LineSplitter> splitters_;
   std::map<std::pair<int, Stream>, std::string> prefixes_;
-  std::string out_;        // reused for every chunk: no allocation per read
+  std::string out_;        // filled per chunk; handed over, it comes back as a spare buffer
   std::string timestamp_;  // " 12:00:01.234" for the current chunk
   std::size_t exited_ = 0;
 };

@@ -38,6 +38,9 @@ class ConsoleSink {
 
   // Queues `bytes` (whole lines) for the stream's descriptor; never blocks.
   void write(Stream stream, std::string_view bytes);
+  // The same, but may take `bytes` instead of copying them; leaves `bytes`
+  // empty, with capacity to fill again where the writer had a spare buffer.
+  void hand_over(Stream stream, std::string& bytes);
 
   bool has_status() const { return status_fd_ >= 0; }
   // Draws `text` as the status line (cut to the terminal's width).

@@ -36,6 +36,9 @@ class ConsoleWriter {
 
   // Never blocks. Bytes beyond `limit` waiting are dropped and counted.
   void write(std::string_view bytes);
+  // The same, but may take `bytes` rather than copy them (a regular file's
+  // thread queues the buffer itself): `bytes` is left empty.
+  void hand_over(std::string& bytes);
   std::size_t pending() const { return buffer_.size() - head_; }
   // The reader went away (EPIPE): the job goes on, unprinted.
   bool broken() const { return broken_; }

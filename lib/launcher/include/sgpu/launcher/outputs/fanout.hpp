@@ -15,8 +15,8 @@ class FanOut : public JobObserver {
   void on_rank_started(int rank, int pid) override {
     for (auto* o : observers_) o->on_rank_started(rank, pid);
   }
-  void on_rank_output(int rank, Stream stream, std::string_view bytes) override {
-    for (auto* o : observers_) o->on_rank_output(rank, stream, bytes);
+  void on_rank_output(int rank, Stream stream, std::string_view bytes, const BytesOwner& owner) override {
+    for (auto* o : observers_) o->on_rank_output(rank, stream, bytes, owner);
   }
   void on_rank_output_closed(int rank, Stream stream) override {
     for (auto* o : observers_) o->on_rank_output_closed(rank, stream);

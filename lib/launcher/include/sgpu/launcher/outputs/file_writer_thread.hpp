@@ -11,6 +11,12 @@
 // not honour the flow (output that arrives over the network) is held once
 // kLimit bytes wait, as a write to the disk would hold it. The thread starts
 // on the first append: a job that prints nothing never has one.
+//
+// Most bytes are queued without a copy, so the loop's thread spends its time
+// reading the pipes: a big piece that was read keeps its read buffer alive
+// (the owner the supervisor hands out), and a buffer the caller filled for
+// this (the console's prefixed lines) is taken whole, the caller getting a
+// spare one back.
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -25,6 +31,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/output_flow.hpp"
 
 namespace sgpu::launcher {
@@ -42,9 +49,18 @@ class FileWriterThread {
   FileWriterThread(const FileWriterThread&) = delete;
   FileWriterThread& operator=(const FileWriterThread&) = delete;
 
+  // Pieces at least this big are queued by their owner, smaller ones copied:
+  // a queue of small pieces never holds big read buffers.
+  static constexpr std::size_t kShareFrom = 64 << 10;
+
   // Queues a copy of `bytes` for `file`, which must stay where it is until
   // drain() returns. Called from the loop's thread only.
   void append(AppendFile& file, std::string_view bytes);
+  // The same, but keeps `owner` instead of copying when `bytes` is big (see kShareFrom).
+  void append(AppendFile& file, std::string_view bytes, const BytesOwner& owner);
+  // Queues `bytes` itself, not a copy; leaves `bytes` empty (a spare buffer,
+  // with capacity to fill again where one was spare).
+  void give(AppendFile& file, std::string& bytes);
   // Returns once every queued byte is written (or failed: see AppendFile's
   // error()): before the files are read, moved, replaced or closed.
   void drain();
@@ -54,10 +70,17 @@ class FileWriterThread {
  private:
   struct Block {
     AppendFile* file;
-    std::string bytes;
+    std::string copy;         // the bytes, when they are the queue's own
+    BytesOwner owner;         // else what keeps them alive:
+    std::string_view shared;  // the bytes
+    std::string_view bytes() const { return owner ? shared : std::string_view(copy); }
   };
   using WorkGuard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
 
+  // A spare buffer (empty) for about `want` bytes, or a new one; the caller holds mutex_.
+  std::string spare(std::size_t want);
+  // Queues `block`, waiting while kLimit bytes wait. Called without mutex_.
+  void enqueue(Block block);
   void run();
 
   boost::asio::io_context& io_;

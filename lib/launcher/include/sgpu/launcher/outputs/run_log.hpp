@@ -45,7 +45,7 @@ class RunLog : public JobObserver {
          std::vector<std::string> rank_hosts = {});
 
   void on_rank_started(int rank, int pid) override;
-  void on_rank_output(int rank, Stream stream, std::string_view bytes) override;
+  void on_rank_output(int rank, Stream stream, std::string_view bytes, const BytesOwner& owner) override;
   void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;
   void on_teardown(const env::JobEnd& cause) override;
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;

@@ -16,6 +16,8 @@ namespace sgpu::launcher {
 
 enum class Stream { Out, Err };
 using Clock = std::chrono::system_clock;
+// Holds bytes that were read: while a copy of it lives, they stay as they are.
+using BytesOwner = std::shared_ptr<const void>;
 
 // Multi-node runs: the ranks first_rank .. first_rank+ranks-1 run on `host`.
 struct NodePlacement {
@@ -33,8 +35,12 @@ class JobObserver {
   // in every other event are global.
   virtual void on_nodes_placed(const std::vector<NodePlacement>& /*nodes*/) {}
   virtual void on_rank_started(int /*rank*/, int /*pid*/) {}
-  // Raw bytes as read from the rank's pipe: not split into lines.
-  virtual void on_rank_output(int /*rank*/, Stream /*stream*/, std::string_view /*bytes*/) {}
+  // Raw bytes as read from the rank's pipe: not split into lines. `bytes` is
+  // valid during the call; where `owner` is set, also for as long as a copy
+  // of it lives, so an observer that queues them (the log writer) can keep
+  // `owner` instead of copying them.
+  virtual void on_rank_output(int /*rank*/, Stream /*stream*/, std::string_view /*bytes*/,
+                              const BytesOwner& /*owner*/) {}
   // The pipe reached end of file: flush a partial last line.
   virtual void on_rank_output_closed(int /*rank*/, Stream /*stream*/) {}
   virtual void on_rank_exited(int /*rank*/, const env::ExitStatus& /*status*/, bool /*terminated_by_sgpu*/) {}
