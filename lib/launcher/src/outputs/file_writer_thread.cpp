@@ -79,8 +79,14 @@ void FileWriterThread::enqueue(Block block) {
     ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   }
   bool pause = false;
+  bool wake = false;
+  bool post_wake = false;
   {
     std::unique_lock lock(mutex_);
+    if (queued_ >= kLimit) {  // held until the writer made room: it must be awake for that
+      awake_ = true;
+      work_.notify_one();
+    }
     done_.wait(lock, [this] { return queued_ < kLimit; });
     queued_ += block.bytes().size();
     queue_.push_back(std::move(block));
@@ -88,21 +94,46 @@ void FileWriterThread::enqueue(Block block) {
       paused_ = pause = true;
       hold_ = std::make_shared<WorkGuard>(io_.get_executor());
     }
+    if (pause) {
+      awake_ = wake = true;  // the reads stop until it writes: now
+    } else if (!awake_ && !wake_posted_) {
+      wake_posted_ = true;
+      post_wake = true;
+    }
   }
-  work_.notify_one();
+  if (wake) work_.notify_one();
+  if (post_wake)
+    boost::asio::post(io_, [this, alive = std::weak_ptr<char>(alive_)] {
+      if (alive.expired()) return;
+      {
+        std::lock_guard lock(mutex_);
+        wake_posted_ = false;
+        if (queue_.empty()) return;  // drain() had it all written
+        awake_ = true;
+      }
+      work_.notify_one();
+    });
   // The resume, posted by the writer, runs on this thread after this returns.
   if (pause) flow_->pause();
 }
 
 void FileWriterThread::drain() {
   std::unique_lock lock(mutex_);
+  if (!queue_.empty()) {
+    awake_ = true;
+    work_.notify_one();
+  }
   done_.wait(lock, [this] { return queued_ == 0; });
 }
 
 void FileWriterThread::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    // Awake only while there is work: set with a block queued (and a
+    // notify), cleared here once the queue is empty, so an append either
+    // finds the thread still taking blocks or posts a wake-up.
+    if (queue_.empty()) awake_ = false;
+    work_.wait(lock, [this] { return stop_ || (awake_ && !queue_.empty()); });
     if (queue_.empty()) return;  // stopped, and all written
     Block block = std::move(queue_.front());
     queue_.pop_front();

@@ -91,7 +91,10 @@ TEST_CASE("launcher::FileWriterThread") {
     CHECK(small.use_count() == 1);
     small->assign("CHANGED");
     std::string got;
-    while (got.size() < big->size() + 6) got += fifo.take(1000);
+    while (got.size() < big->size() + 6) {
+      io.poll();  // the wake-up
+      got += fifo.take(100);
+    }
     writer.drain();
     CHECK(got == *big + "small\n");
     CHECK(big.use_count() == 1);  // written: let go
@@ -110,6 +113,30 @@ TEST_CASE("launcher::FileWriterThread") {
     CHECK(lines.capacity() >= one.size());  // the first one's, written: the big spare, not the small
     writer.drain();
     CHECK(fifo.take(0) == one + "[1] two\n" + one);
+  }
+  SUBCASE("the loop wakes the writer once per turn: bytes appended in one turn are written after it") {
+    FileWriterThread writer(io);
+    writer.append(file, "one\n");
+    writer.append(file, "two\n");
+    CHECK(fifo.take(50).empty());  // the turn that appended has not ended
+    CHECK(io.poll() == 1);         // one wake-up for both
+    writer.drain();
+    CHECK(fifo.take(0) == "one\ntwo\n");
+    writer.drain();                    // on an empty queue: leaves the writer asleep, as it was
+    writer.append(file, "three\n");  // the queue ran empty: the next byte posts a wake-up again
+    CHECK(fifo.take(50).empty());
+    io.restart();
+    CHECK(io.poll() == 1);
+    writer.drain();
+    CHECK(fifo.take(0) == "three\n");
+  }
+  SUBCASE("a writer destroyed before its wake-up ran leaves nothing for the loop to touch") {
+    {
+      FileWriterThread writer(io);
+      writer.append(file, "last\n");
+    }  // written by the destructor
+    CHECK(fifo.take(0) == "last\n");
+    CHECK(io.poll() == 1);  // the late wake-up runs, and does nothing
   }
   SUBCASE("nothing appended: no thread, nothing paused, drain returns at once") {
     FileWriterThread writer(io);

@@ -12,6 +12,14 @@
 // kLimit bytes wait, as a write to the disk would hold it. The thread starts
 // on the first append: a job that prints nothing never has one.
 //
+// The loop wakes the thread once per turn, not once per piece: an append
+// posts one wake-up to the loop, which runs after the reads already queued
+// there, and an awake thread takes what comes until its queue is empty. Under
+// load that is one wake-up per round of reads instead of one per read, and
+// fewer, longer runs of the writer on its core; a line from a quiet job
+// waits one turn of the loop. A pause (kPauseAt), a held caller (kLimit) and
+// drain() wake it at once.
+//
 // Most bytes are queued without a copy, so the loop's thread spends its time
 // reading the pipes: a big piece that was read keeps its read buffer alive
 // (the owner the supervisor hands out), and a buffer the caller filled for
@@ -92,6 +100,9 @@ class FileWriterThread {
   std::vector<std::string> spare_;  // written blocks' buffers, for reuse
   std::size_t queued_ = 0;          // bytes queued or being written
   bool paused_ = false;
+  bool awake_ = false;        // the thread takes blocks until the queue is empty
+  bool wake_posted_ = false;  // a wake-up waits on the loop
+  std::shared_ptr<char> alive_ = std::make_shared<char>();  // expires with this: a late wake-up touches nothing
   // While the flow is paused the loop must not run out of work: the resume
   // comes from this thread. Moved into the resume handler.
   std::shared_ptr<WorkGuard> hold_;
