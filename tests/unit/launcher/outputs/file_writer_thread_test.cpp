@@ -122,7 +122,7 @@ TEST_CASE("launcher::FileWriterThread") {
     CHECK(io.poll() == 1);         // one wake-up for both
     writer.drain();
     CHECK(fifo.take(0) == "one\ntwo\n");
-    writer.drain();                    // on an empty queue: leaves the writer asleep, as it was
+    writer.drain();                  // on an empty queue: leaves the writer asleep, as it was
     writer.append(file, "three\n");  // the queue ran empty: the next byte posts a wake-up again
     CHECK(fifo.take(50).empty());
     io.restart();

@@ -100,8 +100,8 @@ class FileWriterThread {
   std::vector<std::string> spare_;  // written blocks' buffers, for reuse
   std::size_t queued_ = 0;          // bytes queued or being written
   bool paused_ = false;
-  bool awake_ = false;        // the thread takes blocks until the queue is empty
-  bool wake_posted_ = false;  // a wake-up waits on the loop
+  bool awake_ = false;                                      // the thread takes blocks until the queue is empty
+  bool wake_posted_ = false;                                // a wake-up waits on the loop
   std::shared_ptr<char> alive_ = std::make_shared<char>();  // expires with this: a late wake-up touches nothing
   // While the flow is paused the loop must not run out of work: the resume
   // comes from this thread. Moved into the resume handler.
