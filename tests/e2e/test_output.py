@@ -34,9 +34,18 @@ def log(sgpu, rank, stream):
         return f.read()
 
 
-def run_bytes(sgpu, *args, env=None, timeout=120):
-    return subprocess.run([sgpu.bin, *map(str, args)], env=env or sgpu.env, cwd=sgpu.cwd, capture_output=True,
-                          timeout=timeout)
+def run_bytes(sgpu, *args, env=None, timeout=120, console="pipes"):
+    """sgpu's run, stdout and stderr as bytes: read from pipes, or with
+    console="files" from regular files (whose lines sgpu makes on its file
+    thread instead of the loop's)."""
+    argv = [sgpu.bin, *map(str, args)]
+    if console == "pipes":
+        return subprocess.run(argv, env=env or sgpu.env, cwd=sgpu.cwd, capture_output=True, timeout=timeout)
+    out, err = os.path.join(sgpu.cwd, "console.out"), os.path.join(sgpu.cwd, "console.err")
+    with open(out, "wb") as o, open(err, "wb") as e:
+        res = subprocess.run(argv, env=env or sgpu.env, cwd=sgpu.cwd, stdout=o, stderr=e, timeout=timeout)
+    with open(out, "rb") as o, open(err, "rb") as e:
+        return subprocess.CompletedProcess(argv, res.returncode, o.read(), e.read())
 
 
 def console_segments(data):
@@ -175,7 +184,8 @@ def test_logs_keep_every_byte_when_the_timeout_kills_ranks_mid_stream(sgpu, tmp_
             assert got == (blob * (len(got) // len(blob) + 1))[:len(got)], (r, stream)
 
 
-def test_long_lines_progress_bars_partial_lines_and_bytes_that_are_not_utf8(sgpu):
+@pytest.mark.parametrize("console", ["pipes", "files"])
+def test_long_lines_progress_bars_partial_lines_and_bytes_that_are_not_utf8(sgpu, console):
     program = (
         "import os, sys\n"
         "w = os.write\n"
@@ -183,7 +193,7 @@ def test_long_lines_progress_bars_partial_lines_and_bytes_that_are_not_utf8(sgpu
         "w(1, b'10%\\r'); w(1, b'20%\\r'); w(1, b'100%\\n')\n"
         "w(2, b'caf\\xc3\\xa9 \\xff\\xfe bytes\\n')\n"
         "w(1, b'no newline at exit')\n")
-    res = run_bytes(sgpu, "launch", "--nproc", 1, "--no-python", TORCH_PYTHON, "-S", "-c", program)
+    res = run_bytes(sgpu, "launch", "--nproc", 1, "--no-python", TORCH_PYTHON, "-S", "-c", program, console=console)
     assert res.returncode == 0, res.stderr
     assert res.stdout == (b"[0] " + b"x" * 300000 + b"\n" + b"[0] 10%\r[0] 20%\r[0] 100%\n"
                           + b"[0] no newline at exit\n")
@@ -211,11 +221,15 @@ def test_bad_output_options_are_clear_errors(sgpu, args, message):
     assert message in res.stderr, res.stderr
 
 
-def test_timestamps(sgpu):
-    res = sgpu.run("launch", "--nproc", 2, "--timestamps", "--no-python", "sh", "-c", "echo hi")
+@pytest.mark.parametrize("console", ["pipes", "files"])
+def test_timestamps(sgpu, console):
+    res = run_bytes(sgpu, "launch", "--nproc", 2, "--timestamps", "--no-python", "sh", "-c", "echo hi; printf bye",
+                    console=console)
     assert res.returncode == 0, res.stderr
-    for line in res.stdout.splitlines():
-        assert re.fullmatch(r"\[[01]\] \d\d:\d\d:\d\d\.\d{3} hi", line), line
+    lines = res.stdout.decode().splitlines()
+    assert len(lines) == 4, lines
+    for line in lines:
+        assert re.fullmatch(r"\[[01]\] \d\d:\d\d:\d\d\.\d{3} (hi|bye)", line), line
 
 
 def test_a_binary_result_is_named_not_mangled(sgpu):

@@ -32,6 +32,15 @@ void format_timestamp(std::string& out) {
 }
 }  // namespace
 
+void append_console_segment(std::string& out, std::string_view lead, std::string_view segment, bool at_end) {
+  out.append(lead);
+  out.append(segment);
+  // A piece of an over-long line, a last line without "\n", or a last
+  // progress redraw ("\r"): end it, so the next rank's line starts on its own.
+  char last = segment.empty() ? '\0' : segment.back();
+  if (last != '\n' && (last != '\r' || at_end)) out.push_back('\n');
+}
+
 std::vector<int> parse_rank_list(std::string_view text, std::string_view what) {
   auto bad = [&](std::string_view item) {
     return Error(fmt::format("{} {}: '{}' is not a rank; give ranks and ranges like 0,3 or 0-3,7", what, text, item));
@@ -82,36 +91,50 @@ const std::string& ConsolePrinter::prefix(int rank, Stream stream) {
   return it->second;
 }
 
-void ConsolePrinter::append_segment(std::string_view prefix, std::string_view segment, bool at_end) {
-  out_.append(prefix);
-  out_.append(timestamp_);
-  out_.append(segment);
-  // A piece of an over-long line, a last line without "\n", or a last
-  // progress redraw ("\r"): end it, so the next rank's line starts on its own.
-  char last = segment.empty() ? '\0' : segment.back();
-  if (last != '\n' && (last != '\r' || at_end)) out_.push_back('\n');
+std::string_view ConsolePrinter::lead(int rank, Stream stream) {
+  const auto& p = prefix(rank, stream);
+  if (!options_.timestamps) return p;
+  format_timestamp(lead_);
+  lead_.insert(0, p);
+  return lead_;
 }
 
-void ConsolePrinter::on_rank_output(int rank, Stream stream, std::string_view bytes, const BytesOwner& /*owner*/) {
+void ConsolePrinter::on_rank_output(int rank, Stream stream, std::string_view bytes, const BytesOwner& owner) {
   if (!shown(rank)) return;
   if (options_.raw_rank) {
     sink_.write(stream, bytes);  // bytes as they come: progress bars, curses, tools that want a terminal
     return;
   }
-  if (options_.timestamps) format_timestamp(timestamp_);
+  auto& splitter = splitters_[{rank, stream}];
+  if (!splitter) splitter = std::make_shared<LineSplitter>();
+  if (sink_.renders(stream)) {
+    // A file: the lines are made on its thread, from the bytes as read.
+    sink_.render(stream, bytes, owner,
+                 [splitter, lead = std::string(lead(rank, stream))](std::string_view in, std::string& out) {
+                   splitter->feed(in, [&](std::string_view s) { append_console_segment(out, lead, s, false); });
+                 });
+    return;
+  }
   out_.clear();
-  const auto& p = prefix(rank, stream);
-  splitters_[{rank, stream}].feed(bytes, [&](std::string_view s) { append_segment(p, s, false); });
+  auto l = lead(rank, stream);
+  splitter->feed(bytes, [&](std::string_view s) { append_console_segment(out_, l, s, false); });
   // One write per chunk of whole segments: another rank's line can never land inside.
-  sink_.hand_over(stream, out_);
+  sink_.write(stream, out_);
 }
 
 void ConsolePrinter::on_rank_output_closed(int rank, Stream stream) {
   auto it = splitters_.find({rank, stream});
-  if (it == splitters_.end() || !it->second.has_partial()) return;
-  if (options_.timestamps) format_timestamp(timestamp_);
+  if (it == splitters_.end()) return;
+  if (sink_.renders(stream)) {
+    sink_.render(stream, {}, nullptr,
+                 [splitter = it->second, lead = std::string(lead(rank, stream))](std::string_view, std::string& out) {
+                   if (splitter->has_partial()) append_console_segment(out, lead, splitter->finish(), true);
+                 });
+    return;
+  }
+  if (!it->second->has_partial()) return;
   out_.clear();
-  append_segment(prefix(rank, stream), it->second.finish(), true);
+  append_console_segment(out_, lead(rank, stream), it->second->finish(), true);
   sink_.write(stream, out_);
 }
 

@@ -61,15 +61,9 @@ void ConsoleSink::write(Stream stream, std::string_view bytes) {
   check_pause();
 }
 
-void ConsoleSink::hand_over(Stream stream, std::string& bytes) {
-  auto idx = static_cast<std::size_t>(stream == Stream::Out ? 0 : 1);
-  if (status_.empty() || !terminal_[idx]) {
-    stream_writer(stream).hand_over(bytes);
-    check_pause();
-    return;
-  }
-  write(stream, bytes);
-  bytes.clear();
+void ConsoleSink::render(Stream stream, std::string_view bytes, const BytesOwner& owner,
+                         FileWriterThread::Render render) {
+  stream_writer(stream).render(bytes, owner, std::move(render));
 }
 
 void ConsoleSink::set_status(std::string_view text) {

@@ -99,13 +99,8 @@ void ConsoleWriter::write(std::string_view bytes) {
   arm();
 }
 
-void ConsoleWriter::hand_over(std::string& bytes) {
-  if (mode_ == Mode::Threaded && !broken_) {
-    files_->give(file_, bytes);
-    return;
-  }
-  write(bytes);
-  bytes.clear();
+void ConsoleWriter::render(std::string_view bytes, const BytesOwner& owner, FileWriterThread::Render render) {
+  files_->append(file_, bytes, owner, std::move(render));  // its own flow holds the ranks back while the disk lags
 }
 
 void ConsoleWriter::flush() {

@@ -23,11 +23,15 @@ FileWriterThread::~FileWriterThread() {
   thread_.join();
 }
 
-void FileWriterThread::append(AppendFile& file, std::string_view bytes) { append(file, bytes, nullptr); }
+void FileWriterThread::append(AppendFile& file, std::string_view bytes) { append(file, bytes, nullptr, nullptr); }
 
 void FileWriterThread::append(AppendFile& file, std::string_view bytes, const BytesOwner& owner) {
-  if (bytes.empty()) return;
-  Block block{&file, {}, nullptr, {}};
+  append(file, bytes, owner, nullptr);
+}
+
+void FileWriterThread::append(AppendFile& file, std::string_view bytes, const BytesOwner& owner, Render render) {
+  if (bytes.empty() && !render) return;
+  Block block{&file, {}, nullptr, {}, std::move(render)};
   if (owner && bytes.size() >= kShareFrom) {
     block.owner = owner;
     block.shared = bytes;
@@ -41,20 +45,9 @@ void FileWriterThread::append(AppendFile& file, std::string_view bytes, const By
   enqueue(std::move(block));
 }
 
-void FileWriterThread::give(AppendFile& file, std::string& bytes) {
-  if (bytes.empty()) return;
-  auto size = bytes.size();
-  Block block{&file, std::move(bytes), nullptr, {}};
-  {
-    std::lock_guard lock(mutex_);
-    bytes = spare(size);  // filled again with about as much
-  }
-  enqueue(std::move(block));
-}
-
 std::string FileWriterThread::spare(std::size_t want) {
-  // The smallest that holds `want`, else the biggest: the console's big
-  // buffers go back to the console, the small copies' to small copies.
+  // The smallest that holds `want`, else the biggest: big copies (a
+  // restart's line is not one) reuse big buffers, small ones small.
   auto best = spare_.end();
   for (auto it = spare_.begin(); it != spare_.end(); ++it) {
     bool fits = it->capacity() >= want;
@@ -139,7 +132,13 @@ void FileWriterThread::run() {
     queue_.pop_front();
     lock.unlock();
     auto bytes = block.bytes();
-    block.file->append(bytes);
+    if (block.render) {
+      rendered_.clear();
+      block.render(bytes, rendered_);
+      if (!rendered_.empty()) block.file->append(rendered_);
+    } else {
+      block.file->append(bytes);
+    }
     bool owned = block.owner != nullptr;
     block.owner.reset();  // the read buffer goes back to its pool now, not under the lock
     lock.lock();

@@ -4,9 +4,12 @@
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cctype>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -99,20 +102,33 @@ TEST_CASE("launcher::FileWriterThread") {
     CHECK(got == *big + "small\n");
     CHECK(big.use_count() == 1);  // written: let go
   }
-  SUBCASE("a given buffer is written as it is, in order with the copies, and a spare comes back") {
+  SUBCASE("a render makes what is written, on the writer's thread, in order with the plain appends") {
     FileWriterThread writer(io);
-    const std::string one = "[0] " + std::string(1000, '1') + "\n";
-    std::string lines = one;
-    writer.give(file, lines);
-    CHECK(lines.empty());
-    writer.append(file, "[1] two\n");
+    auto loop_thread = std::this_thread::get_id();
+    std::vector<std::thread::id> render_threads;
+    auto upper = [&](std::string_view in, std::string& out) {
+      render_threads.push_back(std::this_thread::get_id());
+      for (char c : in) out.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+    };
+    writer.append(file, "one\n", nullptr, upper);
+    writer.append(file, "two\n");
+    auto big = std::make_shared<std::string>(FileWriterThread::kShareFrom, 'x');
+    writer.append(file, *big, big, upper);  // kept by its owner, rendered from it
+    writer.append(file, {}, nullptr, [](std::string_view in, std::string& out) {
+      out = "held back: " + std::to_string(in.size()) + "\n";  // no bytes, still queued
+    });
+    const std::string want = "ONE\ntwo\n" + std::string(big->size(), 'X') + "held back: 0\n";
+    std::string got;
+    while (got.size() < want.size()) {
+      io.restart();
+      io.poll();
+      got += fifo.take(100);
+    }
     writer.drain();
-    lines.assign(one);
-    writer.give(file, lines);
-    CHECK(lines.empty());
-    CHECK(lines.capacity() >= one.size());  // the first one's, written: the big spare, not the small
-    writer.drain();
-    CHECK(fifo.take(0) == one + "[1] two\n" + one);
+    CHECK(got == want);
+    REQUIRE(render_threads.size() == 2);
+    CHECK(render_threads[0] != loop_thread);
+    CHECK(render_threads[1] == render_threads[0]);
   }
   SUBCASE("the loop wakes the writer once per turn: bytes appended in one turn are written after it") {
     FileWriterThread writer(io);

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,12 @@ class LineSplitter {
   std::size_t max_;
   std::string partial_;
 };
+
+// The console's form of one segment (pure): `lead` ("[3] ", and the time with
+// --timestamps), the segment, and "\n" where the segment has no terminator
+// (a piece of an over-long line, a last line without one) or ends in a "\r"
+// redraw with nothing to follow (`at_end`).
+void append_console_segment(std::string& out, std::string_view lead, std::string_view segment, bool at_end);
 
 // Ranks named by --ranks: "0,3", "0-3,7". Throws sgpu::Error naming `what`.
 std::vector<int> parse_rank_list(std::string_view text, std::string_view what);
@@ -75,16 +82,19 @@ class ConsolePrinter : public JobObserver {
 
  private:
   bool shown(int rank) const;
-  void append_segment(std::string_view prefix, std::string_view segment, bool at_end);
+  // The prefix, with the time when --timestamps: what goes before each segment now.
+  std::string_view lead(int rank, Stream stream);
   const std::string& prefix(int rank, Stream stream);
 
   ConsoleSink& sink_;
   ConsoleOptions options_;
   std::vector<bool> shown_;
-  std::map<std::pair<int, Stream>, LineSplitter> splitters_;
+  // Shared with the sink's file thread, which splits a regular file's lines
+  // (ConsoleSink::render); only one of the two ever touches a stream's.
+  std::map<std::pair<int, Stream>, std::shared_ptr<LineSplitter>> splitters_;
   std::map<std::pair<int, Stream>, std::string> prefixes_;
-  std::string out_;        // filled per chunk; handed over, it comes back as a spare buffer
-  std::string timestamp_;  // " 12:00:01.234" for the current chunk
+  std::string out_;   // reused for every chunk: no allocation per read
+  std::string lead_;  // prefix and time, with --timestamps
   std::size_t exited_ = 0;
 };
 

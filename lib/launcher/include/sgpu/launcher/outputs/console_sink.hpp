@@ -38,9 +38,12 @@ class ConsoleSink {
 
   // Queues `bytes` (whole lines) for the stream's descriptor; never blocks.
   void write(Stream stream, std::string_view bytes);
-  // The same, but may take `bytes` instead of copying them; leaves `bytes`
-  // empty, with capacity to fill again where the writer had a spare buffer.
-  void hand_over(Stream stream, std::string& bytes);
+  // Whether the stream's descriptor is a regular file, written on the
+  // sink's file thread: then the job's lines for it are made there (render).
+  bool renders(Stream stream) { return stream_writer(stream).threaded(); }
+  // Queues `bytes` for a stream that renders(); `render` makes the lines
+  // from them on the file thread, in order with everything else written.
+  void render(Stream stream, std::string_view bytes, const BytesOwner& owner, FileWriterThread::Render render);
 
   bool has_status() const { return status_fd_ >= 0; }
   // Draws `text` as the status line (cut to the terminal's width).

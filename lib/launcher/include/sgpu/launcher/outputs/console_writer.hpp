@@ -19,6 +19,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include "sgpu/launcher/outputs/file_writer_thread.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 
 namespace sgpu::launcher {
@@ -29,16 +30,17 @@ class ConsoleWriter {
   // `files` writes a regular file's bytes; it must outlive the writer's last
   // write and finish().
   ConsoleWriter(boost::asio::io_context& io, int fd, std::size_t low_water, std::size_t limit,
-                std::function<void()> on_drained, class FileWriterThread& files);
+                std::function<void()> on_drained, FileWriterThread& files);
   ~ConsoleWriter();
   ConsoleWriter(const ConsoleWriter&) = delete;
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
 
   // Never blocks. Bytes beyond `limit` waiting are dropped and counted.
   void write(std::string_view bytes);
-  // The same, but may take `bytes` rather than copy them (a regular file's
-  // thread queues the buffer itself): `bytes` is left empty.
-  void hand_over(std::string& bytes);
+  // A regular file's writer (threaded()) can make what it writes on its
+  // thread: `render` turns `bytes` (kept by `owner`, or copied) into it there.
+  bool threaded() const { return mode_ == Mode::Threaded; }
+  void render(std::string_view bytes, const BytesOwner& owner, FileWriterThread::Render render);
   std::size_t pending() const { return buffer_.size() - head_; }
   // The reader went away (EPIPE): the job goes on, unprinted.
   bool broken() const { return broken_; }

@@ -22,12 +22,13 @@
 //
 // Most bytes are queued without a copy, so the loop's thread spends its time
 // reading the pipes: a big piece that was read keeps its read buffer alive
-// (the owner the supervisor hands out), and a buffer the caller filled for
-// this (the console's prefixed lines) is taken whole, the caller getting a
-// spare one back.
+// (the owner the supervisor hands out). A block may carry a Render, which
+// turns its bytes into what is written on this thread: the console's
+// prefixed lines are made here, not on the loop's thread.
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,9 +67,12 @@ class FileWriterThread {
   void append(AppendFile& file, std::string_view bytes);
   // The same, but keeps `owner` instead of copying when `bytes` is big (see kShareFrom).
   void append(AppendFile& file, std::string_view bytes, const BytesOwner& owner);
-  // Queues `bytes` itself, not a copy; leaves `bytes` empty (a spare buffer,
-  // with capacity to fill again where one was spare).
-  void give(AppendFile& file, std::string& bytes);
+  // Makes what a block writes, on the writer's thread, from its bytes;
+  // `out` is empty. Called in the order the blocks were queued.
+  using Render = std::function<void(std::string_view bytes, std::string& out)>;
+  // append(), with `render` making what is written; queued even with no
+  // bytes (a render that writes what it held back).
+  void append(AppendFile& file, std::string_view bytes, const BytesOwner& owner, Render render);
   // Returns once every queued byte is written (or failed: see AppendFile's
   // error()): before the files are read, moved, replaced or closed.
   void drain();
@@ -81,6 +85,7 @@ class FileWriterThread {
     std::string copy;         // the bytes, when they are the queue's own
     BytesOwner owner;         // else what keeps them alive:
     std::string_view shared;  // the bytes
+    Render render;            // none: the bytes are written as they are
     std::string_view bytes() const { return owner ? shared : std::string_view(copy); }
   };
   using WorkGuard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
@@ -98,6 +103,7 @@ class FileWriterThread {
   std::condition_variable done_;  // to the loop: the queue shrank
   std::deque<Block> queue_;
   std::vector<std::string> spare_;  // written blocks' buffers, for reuse
+  std::string rendered_;            // the writer's: what a Render made
   std::size_t queued_ = 0;          // bytes queued or being written
   bool paused_ = false;
   bool awake_ = false;                                      // the thread takes blocks until the queue is empty
