@@ -43,7 +43,8 @@ SECTIONS = {
 }
 
 METHOD = """\
-Each comparison runs in rounds (3; 2 for output and footprint, the longest):
+Each comparison runs in rounds (3; 5 for output, whose runs vary most; 2 for
+footprint, the longest):
 a round runs every launcher once (for the launch comparison, one hyperfine
 block per launcher), the order rotated by one each round, so a change in the
 machine's load falls on every launcher alike. The
@@ -101,7 +102,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke mode: sgpu and the floor, tiny sizes, no file")
     ap.add_argument("--only", default="", help=f"comma-separated comparisons ({', '.join(SECTIONS)})")
-    ap.add_argument("--rounds", type=int, default=0, help="rounds per comparison (default: 3; 2 for output and footprint, which take longest; 2 with --quick)")
+    ap.add_argument("--rounds", type=int, default=0, help="rounds per comparison (default: 3; 5 for output, whose runs vary most; 2 for footprint, the longest; 2 with --quick)")
     ap.add_argument("--output-mib", type=int, default=0,
                     help="total output of the output comparison, MiB (default 1024, 8 with --quick)")
     ap.add_argument("--out", default="", help="where to write the Markdown (default BENCHMARKS.md; none in --quick)")

@@ -152,7 +152,10 @@ def run(ctx):
     for row in rows:
         if row.peer in missing_tools([r.peer for r in rows]):
             row.fail(f"{row.peer.argv[0]} is not installed")
-    alternate(ctx, "output", rows, ctx.rounds_for(2), lambda row, i: one_run(ctx, row, lines_per_rank))
+    # 5 rounds: on the benchmark's VM one run of the same launcher ranged
+    # 0.66-0.83 s (sgpu) and 0.44-0.50 s (plain pipes); two gave ratios from
+    # 1.4x to 2.1x.
+    alternate(ctx, "output", rows, ctx.rounds_for(5), lambda row, i: one_run(ctx, row, lines_per_rank))
     extra = [
         ("throughput", lambda r: f"{total / median(r.values) / 1e9:.2f} GB/s" if r.ok else "-"),
         ("torn lines", lambda r: str(max(r.extra["torn"])) if r.extra.get("torn") else "-"),
