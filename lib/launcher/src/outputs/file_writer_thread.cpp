@@ -23,12 +23,6 @@ FileWriterThread::~FileWriterThread() {
   thread_.join();
 }
 
-void FileWriterThread::append(AppendFile& file, std::string_view bytes) { append(file, bytes, nullptr, nullptr); }
-
-void FileWriterThread::append(AppendFile& file, std::string_view bytes, const BytesOwner& owner) {
-  append(file, bytes, owner, nullptr);
-}
-
 void FileWriterThread::append(AppendFile& file, std::string_view bytes, const BytesOwner& owner, Render render) {
   if (bytes.empty() && !render) return;
   Block block{&file, {}, nullptr, {}, std::move(render)};
@@ -38,27 +32,14 @@ void FileWriterThread::append(AppendFile& file, std::string_view bytes, const By
   } else {
     {
       std::lock_guard lock(mutex_);
-      block.copy = spare(bytes.size());
+      if (!spare_.empty()) {
+        block.copy = std::move(spare_.back());
+        spare_.pop_back();
+      }
     }
     block.copy.assign(bytes);
   }
   enqueue(std::move(block));
-}
-
-std::string FileWriterThread::spare(std::size_t want) {
-  // The smallest that holds `want`, else the biggest: big copies (a
-  // restart's line is not one) reuse big buffers, small ones small.
-  auto best = spare_.end();
-  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-    bool fits = it->capacity() >= want;
-    if (best == spare_.end() || (fits && (best->capacity() < want || it->capacity() < best->capacity())) ||
-        (!fits && best->capacity() < want && it->capacity() > best->capacity()))
-      best = it;
-  }
-  if (best == spare_.end()) return {};
-  auto buffer = std::move(*best);
-  spare_.erase(best);
-  return buffer;
 }
 
 void FileWriterThread::enqueue(Block block) {

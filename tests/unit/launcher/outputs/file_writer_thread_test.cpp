@@ -119,7 +119,7 @@ TEST_CASE("launcher::FileWriterThread") {
     });
     const std::string want = "ONE\ntwo\n" + std::string(big->size(), 'X') + "held back: 0\n";
     std::string got;
-    while (got.size() < want.size()) {
+    for (int tries = 0; got.size() < want.size() && tries < 100; ++tries) {  // at most ~10 s: a failure, not a hang
       io.restart();
       io.poll();
       got += fifo.take(100);

@@ -62,17 +62,15 @@ class FileWriterThread {
   // a queue of small pieces never holds big read buffers.
   static constexpr std::size_t kShareFrom = 64 << 10;
 
-  // Queues a copy of `bytes` for `file`, which must stay where it is until
-  // drain() returns. Called from the loop's thread only.
-  void append(AppendFile& file, std::string_view bytes);
-  // The same, but keeps `owner` instead of copying when `bytes` is big (see kShareFrom).
-  void append(AppendFile& file, std::string_view bytes, const BytesOwner& owner);
   // Makes what a block writes, on the writer's thread, from its bytes;
   // `out` is empty. Called in the order the blocks were queued.
   using Render = std::function<void(std::string_view bytes, std::string& out)>;
-  // append(), with `render` making what is written; queued even with no
+  // Queues `bytes` for `file`, which must stay where it is until drain()
+  // returns. Called from the loop's thread only. A copy is queued, or, when
+  // `bytes` is big (kShareFrom), `owner` instead. With `render`, what it
+  // makes of the bytes is written; such a block is queued even with no
   // bytes (a render that writes what it held back).
-  void append(AppendFile& file, std::string_view bytes, const BytesOwner& owner, Render render);
+  void append(AppendFile& file, std::string_view bytes, const BytesOwner& owner = nullptr, Render render = nullptr);
   // Returns once every queued byte is written (or failed: see AppendFile's
   // error()): before the files are read, moved, replaced or closed.
   void drain();
@@ -90,8 +88,6 @@ class FileWriterThread {
   };
   using WorkGuard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
 
-  // A spare buffer (empty) for about `want` bytes, or a new one; the caller holds mutex_.
-  std::string spare(std::size_t want);
   // Queues `block`, waiting while kLimit bytes wait. Called without mutex_.
   void enqueue(Block block);
   void run();
