@@ -224,8 +224,25 @@ def test_a_host_without_sgpu_is_named_or_gets_a_copy(sgpu, tmp_path):
         assert (out / "env-1.json").exists()
 
 
-def test_an_agent_killed_by_hand_ends_the_job_everywhere(sgpu):
-    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+def recording_sgpu(tmp_path):
+    """A PATH whose `sgpu` runs the real one and appends its exit code to
+    codes/<hostname>: what each host's agent exited with, as its ssh session
+    and anything watching the host would see it."""
+    wrapper_dir, codes = tmp_path / "wrapped", tmp_path / "codes"
+    wrapper_dir.mkdir()
+    codes.mkdir()
+    wrapper = wrapper_dir / "sgpu"
+    wrapper.write_text(f'#!/bin/sh\n"{sgpu_bin()}" "$@"\nrc=$?\necho $rc >>"{codes}/$(hostname)"\nexit $rc\n')
+    wrapper.chmod(0o755)
+    return {"PATH": f"{wrapper_dir}:/usr/local/bin:/usr/bin:/bin"}, codes
+
+
+def test_an_agent_killed_by_hand_ends_the_job_everywhere(sgpu, tmp_path):
+    # Node 0's agent exits with the verdict the launcher sent; it must be
+    # sgpu's own code, the lost node's explained end (read from the code, the
+    # verdict could go out before ssh said how the node ended: 1, not 137).
+    recording, codes = recording_sgpu(tmp_path)
+    with SshHosts(2, host_env={0: recording, 1: WITH_SGPU}) as hosts:
         p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 2, "--grace", "5s", *UP_THEN_SLEEP,
                    wait=False)
         victim = hosts.hosts[1]
@@ -243,6 +260,7 @@ def test_an_agent_killed_by_hand_ends_the_job_everywhere(sgpu):
         assert_one_exit_code(137, home=sgpu.env)
         for h in hosts.hosts:
             assert job_processes(h) == [], h.name
+        assert (codes / hosts.hosts[0].name).read_text().split() == ["137"]
 
 
 def test_a_host_that_dies_mid_run_ends_the_job_everywhere(sgpu):

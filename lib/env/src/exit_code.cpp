@@ -48,12 +48,12 @@ int job_exit_code(const JobEnd& end) {
     case JobEnd::Kind::SpawnFailed:
       return end.spawn_errno == ENOENT ? kExitNotFound : kExitNotExecutable;
     case JobEnd::Kind::NodeLost:
-      return end.code.value_or(1);
+      return end.cause_code.value_or(1);
     case JobEnd::Kind::StoppedByScheduler:
       if (end.time_limit) return kExitTimeout;
       return 128 + (end.signal > 0 ? end.signal : SIGTERM);
     case JobEnd::Kind::NotStarted:
-      return end.code.value_or(1);
+      return end.cause_code.value_or(1);
   }
   return 1;
 }

@@ -50,7 +50,7 @@ nlohmann::json record_not_started(const LaunchContext& ctx, const std::string& r
   env::JobEnd end;
   end.kind = env::JobEnd::Kind::NotStarted;
   end.reason = reason;
-  end.code = code;
+  end.cause_code = code;
   auto doc = not_started_json(ctx.run_id, ctx.run_dir, end, mlflow);
   if (!ctx.run_dir.empty()) {
     try {
@@ -67,6 +67,19 @@ void report_not_started(const LaunchContext& ctx, const Error& error, const std:
   auto text = dump_json(doc);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
+}
+
+// What the spec asks of the backend that it cannot do: a usage error (2).
+void check_capabilities(const JobSpec& spec, const BackendInfo& info) {
+  if (spec.detach && !info.can.detaches) {
+    std::string those;
+    for (const auto& b : backends())
+      if (b.can.detaches) those += fmt::format("{}--backend {}", those.empty() ? "" : ", ", b.flag_name);
+    throw Error(fmt::format("{}: a detached run is available on one node ({}) for now, not on the {} backend; "
+                            "run it attached (under nohup or tmux to outlive the terminal)",
+                            where_set(spec, "output.detach", "--detach"), those, info.name),
+                kExitUsage);
+  }
 }
 
 LaunchContext context_of(LaunchRequest& request) {
@@ -88,12 +101,8 @@ int launch(LaunchRequest request) {
   ctx.io = &io;
   const auto& info = choose_backend(ctx.spec, ctx.inherited);
   auto backend = info.make();
+  check_capabilities(ctx.spec, info);
   if (ctx.spec.detach) {
-    if (info.name != "local")
-      throw Error(
-          fmt::format("--detach: a run on the {} backend runs attached for now; --backend local detaches on "
-                      "this node (or run it under nohup or tmux)",
-                      info.name));
     // The caller prints the run id and returns; the run goes on in a new session.
     ctx.run_dir_made = [](const LaunchContext& c) { detach_run(c.run_id, c.run_dir, c.spec.output_format == "json"); };
   }
@@ -128,7 +137,7 @@ int launch(LaunchRequest request) {
       // The local backend's GPUs are this node's: checked here. A multi-node
       // backend's nodes check theirs between the rendezvous's Assign and
       // Start, and the ClusterJob judges them all.
-      if (c.spec.preflight.enabled && info.name == "local") run_launch_preflight(c, plan);
+      if (c.spec.preflight.enabled && info.can.ranks_here) run_launch_preflight(c, plan);
       // A check alone (--preflight-only) is not a run to track.
       if (tracker && !c.spec.preflight.only) tracker->begin(describe_run(c.spec, plan, c.inherited));
     };
@@ -182,8 +191,8 @@ int launch(LaunchRequest request) {
     return report_agent_result(result.as_node);
   }
   auto& outcome = *result.hosted;
-  backend->refine_end(outcome.end);
-  // The one exit code: derived from the recorded end, reported everywhere.
+  // The one exit code: derived from the recorded end (which the backend
+  // explained before any node heard the verdict), reported everywhere.
   int code = outputs ? outputs->finish(outcome) : outcome.exit_code();
   if (tracker && job_plan) tracker->end(describe_end(outcome, *job_plan));
   backend->release(code);
@@ -195,6 +204,7 @@ int dry_run(LaunchRequest request) {
   try {
     const auto& info = choose_backend(ctx.spec, ctx.inherited);
     auto backend = info.make();
+    check_capabilities(ctx.spec, info);
     restart_policy(ctx.spec);  // checked before anything starts, on one node or many
     check_launch_preflight(ctx.spec, info);
     backend->check(ctx);
@@ -204,7 +214,7 @@ int dry_run(LaunchRequest request) {
     in.nodes = layout.nodes;
     in.master_addr = layout.master_addr;
     in.notes = layout.notes;
-    in.backend = info.flag_name;
+    in.backend = info.name;
     in.inherited = ctx.inherited;
     in.cwd = ctx.cwd;
     in.config = request.config;

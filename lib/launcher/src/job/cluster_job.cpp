@@ -332,7 +332,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     end.kind = env::JobEnd::Kind::NodeLost;
     end.host = nodes[node].name;
     end.reason = why;
-    end.code = code;
+    end.cause_code = code;
     if (node_state[node] == NodeState::Done) {
       // Its ranks are over; it matters only to an attempt that would need it.
       node_state[node] = NodeState::Lost;
@@ -388,6 +388,18 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       if (s == NodeState::Running) return;
     if (gone && control->stopping()) control->stop_for_good(*gone, SIGTERM);
     between_attempts = true;
+    if (!options.refine_end) return record_attempt();
+    // The backend's word on the end comes first: the attempt is recorded,
+    // and Finish or Restart goes out, with the end it settles on.
+    auto refiner = options.refine_end;  // a copy: it may be reset by what it calls
+    refiner(outcome.end, [this, once = std::make_shared<bool>(false)] {
+      if (std::exchange(*once, true)) return;
+      control->settle_end(outcome.end);  // an end the backend explained may rule out a restart
+      record_attempt();
+    });
+  }
+
+  void record_attempt() {
     outcome.attempts.push_back(AttemptOutcome{control->attempt(), outcome.end, outcome.ranks, attempt_started,
                                               Clock::now(), outcome.spawn_error});
     control->attempt_over([this](bool again) {

@@ -91,6 +91,15 @@ bool JobControl::stop_for_good(const env::JobEnd& cause, int sig) {
   return true;
 }
 
+void JobControl::settle_end(const env::JobEnd& end) {
+  if (!stopping_ || finished_) return;
+  end_ = end;
+  if (env::restartable(end)) return;
+  no_restart_ = true;
+  final_ = true;
+  timeout_timer_.cancel();
+}
+
 void JobControl::end_for_good(const env::JobEnd& cause, int sig) {
   final_ = true;
   end_ = cause;

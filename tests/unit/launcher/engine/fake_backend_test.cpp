@@ -14,6 +14,7 @@
 #include <memory>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
 #include "sgpu/env/error.hpp"
@@ -28,6 +29,8 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
+
+std::vector<int> finish_codes;  // every Finish the fake nodes got: their agents' exit codes
 
 // One fake node: two ranks that do what `behaviour` says once the job starts.
 struct FakeNode : rdzv::ClientHandler {
@@ -77,7 +80,8 @@ struct FakeNode : rdzv::ClientHandler {
     }
   }
   void on_message(rdzv::Message&& m) override {
-    if (std::holds_alternative<rdzv::Finish>(m)) {
+    if (const auto* finish = std::get_if<rdzv::Finish>(&m)) {
+      finish_codes.push_back(finish->exit_code);  // the code this node's agent would exit with
       client->close();
       return;
     }
@@ -104,6 +108,17 @@ class FakeBackend : public Backend {
     o.listen = rdzv::Endpoint{"127.0.0.1", 0};
     o.join_timeout = 10s;
     o.notice = [](const std::string&) {};
+    // What only this backend knows: a vanished node's ending means 77; it
+    // learns it a moment later, as ssh learns a session's end.
+    auto settle_later = std::make_shared<boost::asio::steady_timer>(io);
+    o.refine_end = [settle_later](sgpu::env::JobEnd& end, std::function<void()> settled) {
+      if (end.kind != sgpu::env::JobEnd::Kind::NodeLost) return settled();
+      settle_later->expires_after(50ms);
+      settle_later->async_wait([&end, settled](boost::system::error_code) {
+        end.cause_code = 77;
+        settled();
+      });
+    };
     ClusterJob job(io, ctx.spec, o, ctx.inherited, ctx.cwd);
     ctx.run_id = job.run_id();
     ctx.run_dir = job.run_dir();
@@ -116,10 +131,6 @@ class FakeBackend : public Backend {
       nodes.push_back(std::move(node));
     }
     return {job.run(observe), {}};
-  }
-  // What only this backend knows: a vanished node's ending means 77.
-  void refine_end(sgpu::env::JobEnd& end) override {
-    if (end.kind == sgpu::env::JobEnd::Kind::NodeLost) end.code = 77;
   }
   void release(int exit_code) override { released = exit_code; }
   static inline std::optional<int> released;
@@ -157,6 +168,7 @@ Run launch_fake(std::vector<std::string> behaviours, const std::string& timeout 
     registered = true;
   }
   g_behaviours = std::move(behaviours);
+  finish_codes.clear();
   auto root = fs::temp_directory_path() / ("sgpu-fake-" + std::to_string(::getpid()));
   LaunchRequest req;
   req.resolved.spec.entrypoint = {sgpu::env::Entrypoint::Kind::Executable, "fake-program", {}};
@@ -196,6 +208,7 @@ TEST_CASE("engine: a registered backend runs jobs with one job control and one e
   SUBCASE("fail-fast: the first failure stops every node and its code is sgpu's") {
     auto run = launch_fake({"hang", "fail3"});
     CHECK(run.code == 3);
+    CHECK(finish_codes == std::vector<int>{3, 3});
     CHECK(run.summary["exit_code"] == 3);
     CHECK(run.summary["status"] == "rank_failed");
     CHECK(run.summary["root_cause"]["rank"] == 2);
@@ -209,9 +222,10 @@ TEST_CASE("engine: a registered backend runs jobs with one job control and one e
     CHECK(run.summary["status"] == "timed_out");
     CHECK(run.seconds < 5);
   }
-  SUBCASE("a lost node ends the job; the backend's word on it is the exit code") {
+  SUBCASE("a lost node ends the job; the backend's word on it is the exit code, the agents' too") {
     auto run = launch_fake({"hang", "vanish"});
     CHECK(run.code == 77);
+    CHECK(finish_codes == std::vector<int>{77});  // the node left heard the explained code, not 1
     CHECK(run.summary["exit_code"] == 77);
     CHECK(run.summary["status"] == "node_lost");
     CHECK(run.summary["root_cause"]["message"].get<std::string>().find("fake-1") != std::string::npos);

@@ -185,7 +185,7 @@ TEST_CASE("launcher::not_started_json has every key a started run's summary has"
   JobEnd end;
   end.kind = JobEnd::Kind::NotStarted;
   end.reason = "cannot reach nodeb";
-  end.code = 255;
+  end.cause_code = 255;
   for (const auto& link : {std::optional<TrackingLink>{}, std::optional<TrackingLink>{{"abc", "http://m/#/r/abc"}}}) {
     auto doc = not_started_json("r1", "/runs/r1", end, link);
     for (const auto& [key, value] : started.items()) CHECK_MESSAGE(doc.contains(key), key);

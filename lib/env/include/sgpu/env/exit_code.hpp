@@ -35,7 +35,7 @@ struct JobEnd {
   // StoppedByScheduler: the scheduler ended the job (SLURM's time limit,
   // scancel, preemption), whatever the ranks then did.
   // NotStarted: the job could not start (a host unreachable, the
-  // rendezvous failed, an allocation refused); `code` says why.
+  // rendezvous failed, an allocation refused); `cause_code` says why.
   enum class Kind {
     Completed,
     RankFailed,
@@ -53,10 +53,12 @@ struct JobEnd {
   int spawn_errno = 0;  // SpawnFailed
   std::string host;     // multi-node: the node where it happened ("" on one node)
   std::string reason;   // NodeLost: what the launcher saw; StoppedByScheduler: what the scheduler did; NotStarted: why
-  // NodeLost: what the node's ending means, when its backend knows (ssh's
-  // 255 for a lost connection, 128+N for an agent killed by signal N).
-  // NotStarted: the code of the error that stopped it.
-  std::optional<int> code;
+  // The exit code the cause itself carries, for the two kinds whose code no
+  // rule can derive. NodeLost: what the node's ending means, when its
+  // backend knows (ssh's 255 for a lost connection, 128+N for an agent killed
+  // by signal N; 1 when unknown). NotStarted: the code of the error that
+  // stopped it. job_exit_code() reads it; nothing else does.
+  std::optional<int> cause_code;
   bool time_limit = false;  // StoppedByScheduler: the scheduler's time limit (exit 124, as --timeout)
   bool operator==(const JobEnd&) const = default;
 };

@@ -272,6 +272,9 @@ struct SlurmRun {
 
   void on_step_exit(int status) {
     timer.cancel();
+    // How the step ended, beside every line srun wrote: with the agents'
+    // "Exited with exit code N", what a user compares with sgpu's own code.
+    write_log(fmt::format("sgpu: srun exited: {}", env::ExitStatus::from_wait_status(status).describe()));
     if (run_over) return;
     // Every node that has not reported never will.
     auto why = step_errors.empty() ? fmt::format("srun ended ({}) before its agent reported",
@@ -280,34 +283,54 @@ struct SlurmRun {
     for (std::size_t k = 0; k < nodes.size(); ++k) job->node_failed(static_cast<int>(k), why);
   }
 
-  // srun said SLURM aborted the step but not why (slurmstepd's banner can be
-  // lost as the step ends): SLURM's own record says, once.
-  void ask_why_aborted() {
-    if (!aborted || !slurm_said.empty()) return;
-    bool done = false;
+  // ClusterOptions::refine_end: an attempt that did not complete may be
+  // SLURM's doing even where srun's banner was lost or comes later (it
+  // races the agents' reports): SLURM's own record says, asked once, before
+  // any node hears the verdict.
+  void refine(env::JobEnd& end, std::function<void()> settled) {
+    if (!slurm_said.empty() || end.kind == env::JobEnd::Kind::Completed || job_id.empty()) {
+      apply_rule(end);
+      return settled();
+    }
     run_slurm_command(io, {"squeue", "-h", "-t", "all", "-j", job_id, "-o", std::string(env::kSqueueFormat)},
-                      in.inherited, [&](const std::string& out, int) {
-                        done = true;
-                        auto s = env::parse_squeue_line(out);
-                        if (!s) return;
-                        if (s->state == "TIMEOUT" || s->reason == "TimeLimit") {
-                          time_limit = true;
-                          say(fmt::format("SLURM's time limit ended job {}", job_id));
-                        } else if (s->state == "NODE_FAIL" || s->reason == "NodeDown") {
-                          say(fmt::format("SLURM ended job {}: a node failed", job_id), false);
-                        } else if (s->state == "PREEMPTED") {
-                          say(fmt::format("SLURM preempted job {}", job_id));
-                        } else if (s->state == "RUNNING") {
-                          // The job lives on: SLURM ended only the step (a node's step
-                          // daemon died, say), and what the nodes said is the cause.
-                          notice(fmt::format("SLURM aborted the job step; job {} is still running", job_id));
-                        } else {
-                          // CANCELLED, or COMPLETING with no other reason: what scancel leaves.
-                          say(fmt::format("SLURM job {} was cancelled (scancel)", job_id));
-                        }
+                      in.inherited, [this, &end, settled = std::move(settled)](const std::string& out, int) {
+                        if (auto s = env::parse_squeue_line(out)) learn_from_squeue(*s);
+                        apply_rule(end);
+                        settled();
                       });
-    while (!done) io.run_one();
-    io.restart();
+  }
+
+  void learn_from_squeue(const env::SlurmJobState& s) {
+    if (s.state == "TIMEOUT" || s.reason == "TimeLimit") {
+      time_limit = true;
+      say(fmt::format("SLURM's time limit ended job {}", job_id));
+    } else if (s.state == "NODE_FAIL" || s.reason == "NodeDown") {
+      say(fmt::format("SLURM ended job {}: a node failed", job_id), false);
+    } else if (s.state == "PREEMPTED") {
+      say(fmt::format("SLURM preempted job {}", job_id));
+    } else if (s.state == "CANCELLED" || (aborted && s.state == "COMPLETING")) {
+      say(fmt::format("SLURM job {} was cancelled (scancel)", job_id));
+    } else if (aborted && s.state == "RUNNING") {
+      // The job lives on: SLURM ended only the step (a node's step daemon
+      // died, say), and what the nodes said is the cause.
+      notice(fmt::format("SLURM aborted the job step; job {} is still running", job_id));
+    }
+  }
+
+  // SLURM's signal reached ranks or agents first (their ends are its
+  // effect); a lost node stays the cause unless SLURM's time limit ended
+  // everything.
+  void apply_rule(env::JobEnd& end) const {
+    if (!scheduler_stopped) return;
+    using Kind = env::JobEnd::Kind;
+    bool effect = end.kind == Kind::RankFailed || end.kind == Kind::Interrupted || end.kind == Kind::SpawnFailed;
+    if (!effect && !(time_limit && end.kind != Kind::Completed)) return;
+    env::JobEnd stopped;
+    stopped.kind = env::JobEnd::Kind::StoppedByScheduler;
+    stopped.reason = slurm_said;
+    stopped.time_limit = time_limit;
+    stopped.signal = SIGTERM;  // what SLURM sends a step it cancels
+    end = stopped;
   }
 
   // The run is over: srun normally ends as its agents do; one waiting on a
@@ -376,30 +399,13 @@ JobOutcome SlurmSession::run(const ClusterJob::ObserverFactory& make_observer) {
   copts.master_addr = in.spec.rendezvous.master_addr;
   copts.notice = run.notice;
   copts.on_end = [&run] { run.on_run_over(); };
+  copts.refine_end = [&run](env::JobEnd& end, std::function<void()> settled) { run.refine(end, std::move(settled)); };
   copts.before_start = in.before_start;
   ClusterJob job(s.io, plan.node_spec, copts, in.inherited, in.cwd);
   s.run_id = job.run_id();
   s.run_dir = job.run_dir();
   run.start_step(job);
-  auto outcome = job.run(make_observer);  // returns when the run is over and srun has ended
-  run.ask_why_aborted();
-  return outcome;
-}
-
-void SlurmSession::refine_end(env::JobEnd& end) const {
-  const auto* run = impl_->run.get();
-  if (run == nullptr || !run->scheduler_stopped) return;
-  // SLURM's signal reached ranks or agents first (their ends are its effect);
-  // a lost node stays the cause unless SLURM's time limit ended everything.
-  using Kind = env::JobEnd::Kind;
-  bool effect = end.kind == Kind::RankFailed || end.kind == Kind::Interrupted || end.kind == Kind::SpawnFailed;
-  if (!effect && !(run->time_limit && end.kind != Kind::Completed)) return;
-  env::JobEnd stopped;
-  stopped.kind = env::JobEnd::Kind::StoppedByScheduler;
-  stopped.reason = run->slurm_said;
-  stopped.time_limit = run->time_limit;
-  stopped.signal = SIGTERM;  // what SLURM sends a step it cancels
-  end = stopped;
+  return job.run(make_observer);  // returns when the run is over and srun has ended
 }
 
 void SlurmSession::release(int exit_code) {
@@ -462,10 +468,6 @@ class SlurmBackend : public Backend {
       }
     } created{ctx, *session_};
     return {session_->run(observe), {}};
-  }
-
-  void refine_end(env::JobEnd& end) override {
-    if (session_) session_->refine_end(end);
   }
 
   void release(int exit_code) override {

@@ -56,12 +56,12 @@ class SlurmSession {
   SlurmSession(const SlurmSession&) = delete;
   SlurmSession& operator=(const SlurmSession&) = delete;
 
-  // Runs the job to its end; `make_observer` as for ClusterJob::run. Throws
-  // sgpu::Error when no run could start (allocation refused, rendezvous failed).
+  // Runs the job to its end; `make_observer` as for ClusterJob::run. SLURM's
+  // time limit, scancel or a preemption is the job's end, whatever the ranks
+  // did as SLURM stopped them (settled before any node hears the verdict).
+  // Throws sgpu::Error when no run could start (allocation refused,
+  // rendezvous failed).
   JobOutcome run(const ClusterJob::ObserverFactory& make_observer);
-  // SLURM's time limit, scancel or a preemption is the job's end, whatever
-  // the ranks did as SLURM stopped them.
-  void refine_end(env::JobEnd& end) const;
   // A new allocation ends with sgpu's exit code; one sgpu runs in is kept.
   void release(int exit_code);
   const std::string& run_id() const;

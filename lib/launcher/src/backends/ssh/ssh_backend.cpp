@@ -3,6 +3,7 @@
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -73,20 +74,46 @@ std::string shipped_path(const std::string& self_exe) {
   return fmt::format("~/.cache/sgpu/bin/sgpu-{}-{:x}", size, static_cast<unsigned long long>(mtime));
 }
 
+// How long a lost node's ssh session may take to end after the rendezvous
+// lost the node, before the run ends without its word (a cut network leaves
+// ssh waiting for its own keepalive).
+constexpr auto kSessionEndWait = std::chrono::seconds(5);
+
+// The ssh sessions' side of the job: each session's end is the one entry
+// point of a node failure (node_failed), and explains a node the rendezvous
+// lost first (ClusterOptions::refine_end).
 class Handler : public SshNodesHandler {
  public:
-  Handler(ClusterJob& job, std::vector<std::string> labels) : job_(job), labels_(std::move(labels)) {
+  Handler(asio::io_context& io, ClusterJob& job, std::vector<std::string> labels, std::vector<std::string> hosts)
+      : job_(job), labels_(std::move(labels)), hosts_(std::move(hosts)), wait_(io) {
     failures_.resize(labels_.size());
+    exited_.resize(labels_.size(), false);
   }
   void on_node_exit(int node, const SshNodeExit& exit) override {
-    auto failure = env::classify_ssh_exit(labels_[static_cast<std::size_t>(node)], exit);
-    if (!failure) return;
-    // Kept even after the end: it may explain a node the rendezvous lost.
-    failures_[static_cast<std::size_t>(node)] = failure;
-    if (ended_) return;  // the launcher ended this session itself
+    auto k = static_cast<std::size_t>(node);
+    exited_[k] = true;
+    auto failure = env::classify_ssh_exit(labels_[k], exit);
+    if (failure) failures_[k] = failure;  // kept even after the end: it may explain a node the rendezvous lost
+    if (pending_ && pending_node_ == k) settle();
+    if (!failure || ended_) return;  // ended_: the launcher ended this session itself
     if (!first_) first_ = failure;
     if (nodes_) nodes_->stop_starting();
     job_.node_failed(node, failure->message, failure->exit_code);
+  }
+  // A node the rendezvous lost: its ssh session says why (an agent killed by
+  // a signal, the connection lost) and what that means as an exit code. A
+  // session still open is waited for, at most kSessionEndWait.
+  void refine(env::JobEnd& end, std::function<void()> settled) {
+    auto it = std::find(hosts_.begin(), hosts_.end(), end.host);
+    if (end.kind != env::JobEnd::Kind::NodeLost || it == hosts_.end()) return settled();
+    pending_node_ = static_cast<std::size_t>(it - hosts_.begin());
+    pending_end_ = &end;
+    pending_ = std::move(settled);
+    if (exited_[pending_node_]) return settle();
+    wait_.expires_after(kSessionEndWait);
+    wait_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) settle();
+    });
   }
   // The run is over (ClusterOptions::on_end): every session still open is
   // ended, and run() returns once each ssh has exited.
@@ -96,15 +123,29 @@ class Handler : public SshNodesHandler {
   }
   void attach(SshNodes& nodes) { nodes_ = &nodes; }
   const std::optional<env::NodeFailure>& first() const { return first_; }
-  const std::vector<std::optional<env::NodeFailure>>& failures() const { return failures_; }
 
  private:
+  void settle() {
+    wait_.cancel();
+    if (const auto& failure = failures_[pending_node_]) {
+      pending_end_->reason = failure->message;
+      pending_end_->cause_code = failure->exit_code;
+    }
+    if (auto then = std::exchange(pending_, nullptr)) then();
+  }
+
   ClusterJob& job_;
   std::vector<std::string> labels_;
+  std::vector<std::string> hosts_;  // by node rank, as the rendezvous names them
   std::vector<std::optional<env::NodeFailure>> failures_;
+  std::vector<bool> exited_;
   std::optional<env::NodeFailure> first_;
   SshNodes* nodes_ = nullptr;
   bool ended_ = false;
+  asio::steady_timer wait_;
+  std::function<void()> pending_;  // refine's `settled`, until the lost node's session ends
+  std::size_t pending_node_ = 0;
+  env::JobEnd* pending_end_ = nullptr;
 };
 
 }  // namespace
@@ -203,6 +244,10 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJ
   copts.on_end = [&handler_at_end, &session_wait] {
     if (handler_at_end) handler_at_end->on_end(session_wait);
   };
+  copts.refine_end = [&handler_at_end](env::JobEnd& end, std::function<void()> settled) {
+    if (!handler_at_end) return settled();
+    handler_at_end->refine(end, std::move(settled));
+  };
   // The agents dial back to the address their ssh session came from, unless
   // --rdzv-endpoint says where (behind ProxyJump or NAT that address is not ours).
   std::string launcher_host = env::kLauncherAddress;
@@ -216,7 +261,6 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJ
   ClusterJob job(io, node_spec, copts, in.inherited, node_cwd);
   sessions.run_id = job.run_id();
   sessions.run_dir = job.run_dir();
-  for (const auto& n : chosen) sessions.hosts.push_back(n.entry.host);
   // The job validated --grace; "none" never gets here.
   session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       *env::parse_duration(in.spec.grace, "--grace") + env::Seconds(5));
@@ -267,7 +311,9 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJ
     labels.push_back(label(host));
   }
 
-  Handler handler(job, labels);
+  std::vector<std::string> hosts;
+  for (const auto& n : chosen) hosts.push_back(n.entry.host);
+  Handler handler(io, job, labels, std::move(hosts));
   SshNodes starter(io, std::move(nodes), s.max_parallel, handler);
   handler.attach(starter);
   handler_at_end = &handler;
@@ -277,11 +323,9 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJ
     // Returns once the job ended everywhere and every ssh has exited.
     outcome = job.run(make_observer);
   } catch (const Error&) {
-    sessions.failures = handler.failures();
     if (handler.first()) throw Error(handler.first()->message, handler.first()->exit_code);
     throw;
   }
-  sessions.failures = handler.failures();
   return outcome;
 }
 
@@ -328,18 +372,6 @@ class SshBackend : public Backend {
       }
     } created{ctx, sessions_};
     return {run_ssh_job(*ctx.io, in_, observe, sessions_), {}};
-  }
-
-  // A node the rendezvous lost: its ssh session says why (an agent killed
-  // by a signal, the connection lost) and what that means as an exit code.
-  void refine_end(env::JobEnd& end) override {
-    if (end.kind != env::JobEnd::Kind::NodeLost) return;
-    for (std::size_t k = 0; k < sessions_.hosts.size() && k < sessions_.failures.size(); ++k) {
-      const auto& failure = sessions_.failures[k];
-      if (sessions_.hosts[k] != end.host || !failure) continue;
-      end.reason = failure->message;
-      end.code = failure->exit_code;
-    }
   }
 
  private:

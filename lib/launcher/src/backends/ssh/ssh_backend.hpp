@@ -33,11 +33,9 @@ struct SshLaunch {
 // same number; pinned devices where a filter named them). Reads the hostfile.
 std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec);
 
-// How each host's ssh session ended, by node rank: what explains a node the
-// rendezvous lost (killed agent: 128+N; connection lost: 255).
+// The run this launch made, once it is made (a run that fails to start
+// still has one).
 struct SshSessions {
-  std::vector<std::string> hosts;
-  std::vector<std::optional<env::NodeFailure>> failures;
   std::string run_id;
   std::string run_dir;
 };

@@ -53,6 +53,16 @@ struct ClusterOptions {
   // processes have ended too: one that would linger (srun waiting for SLURM
   // to declare a lost node dead) is the backend's to stop from here.
   std::function<void()> on_end;
+  // What only the backend knows of how an attempt ended (an ssh session's
+  // code for a lost node, SLURM's time limit or scancel), asked once per
+  // attempt when every node is done or lost: before the attempt is recorded,
+  // before JobControl decides on a restart and before any node hears the
+  // verdict, so the agents' exit code, the summary's and sgpu's are one. It
+  // may learn what it needs asynchronously on the loop (a bounded wait for
+  // an ssh session's end, a squeue query) and calls `settled` exactly once.
+  // It may change the end's kind and `backend_code`, never an exit code.
+  using EndRefiner = std::function<void(env::JobEnd& end, std::function<void()> settled)>;
+  EndRefiner refine_end;
   // Called once the run directory exists, before the job goes to any node,
   // with the job's plan so far (run id, directory; no ranks yet): the
   // variables it returns reach every rank on every node (the launch's MLflow

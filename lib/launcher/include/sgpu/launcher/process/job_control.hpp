@@ -69,6 +69,10 @@ class JobControl {
   // the run now ends for good with it; otherwise as stop(). Returns false when
   // the run was already ending for good (its first cause stays).
   bool stop_for_good(const env::JobEnd& cause, int sig);
+  // The attempt's end as its backend explained it, once every rank is down
+  // and before attempt_over(): an end that cannot restart (SLURM stopped the
+  // job) makes this attempt the last.
+  void settle_end(const env::JobEnd& end);
   // A rank ended: a failure ends the job (fail-fast), unless it is ending already.
   void rank_exited(int rank, const env::ExitStatus& status, const std::string& host = {});
   // SIGKILL to everything now (a second signal, or an order from a launcher).
