@@ -5,6 +5,8 @@
 #include <csignal>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "commands.hpp"
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
@@ -22,7 +24,7 @@ struct AgentFlags {
   std::string node_name;
   std::string secret_file;
   std::string join_timeout = "10m";
-  bool slurm_step = false;
+  const launcher::BackendInfo* step = nullptr;  // --<backend>-step: the backend whose scheduler started it
   bool watch_stdin = false;
 };
 }  // namespace
@@ -37,8 +39,17 @@ Command add_agent_command(CLI::App& app) {
   cmd->add_option("--rdzv-secret-file", flags->secret_file,
                   "File (mode 0600) with the run's secret; default: $SGPU_RDZV_SECRET");
   cmd->add_option("--join-timeout", flags->join_timeout, "How long to keep trying to reach the launcher (default 10m)");
-  cmd->add_flag("--slurm-step", flags->slurm_step,
-                "Started by srun: node rank, name and the launcher's address from the step (--backend slurm)");
+  // A backend whose scheduler starts the agents (srun) says where each one is
+  // through its own environment: `--<backend>-step`, one flag per such backend.
+  for (const auto& b : launcher::backends()) {
+    if (b.configure_agent == nullptr) continue;
+    const auto* info = &b;
+    cmd->add_flag_callback(
+        fmt::format("--{}-step", b.flag_name), [flags, info] { flags->step = info; },
+        fmt::format("Started by the {} backend's scheduler: node rank, name and the launcher's address from its "
+                    "environment (--backend {})",
+                    b.name, b.flag_name));
+  }
   cmd->add_flag("--watch-stdin", flags->watch_stdin,
                 "Standard input is the launcher's ssh session: its end stops the ranks and the agent "
                 "(exit 129) (--backend ssh)");
@@ -50,7 +61,7 @@ Command add_agent_command(CLI::App& app) {
     o.node_name = flags->node_name;
     o.join_timeout = env::parse_limit(flags->join_timeout, "--join-timeout");
     o.environment = inherited;
-    if (flags->slurm_step) launcher::find_backend("slurm")->configure_agent(o, inherited);
+    if (flags->step) flags->step->configure_agent(o, inherited);
     o.watch_stdin = flags->watch_stdin;
     if (o.watch_stdin && flags->secret_file == "-")
       throw Error("--watch-stdin and --rdzv-secret-file - both want standard input; give the secret another way");

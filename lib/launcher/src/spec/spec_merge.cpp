@@ -96,13 +96,6 @@ void check_whole(const Merged& m, const JobSpec& spec, std::vector<std::string>&
   if (type && nproc && (spec.nproc || spec.nproc_mode == "cpu"))
     errors.push_back(fmt::format("{} needs --gpus N (resources.gpus): with {} the ranks run on CPUs", type->where(),
                                  nproc->label()));
-  if (const Setting* detach = get(m, "output.detach");
-      detach && spec.detach && (spec.backend != "local" || spec.nodes > 1))
-    errors.push_back(fmt::format(
-        "{}: a detached run is available on one node (--backend local) for now, not with {}; "
-        "run it attached (under nohup or tmux to outlive the terminal)",
-        detach->where(), spec.nodes > 1 ? fmt::format("{} nodes", spec.nodes) : "--backend " + spec.backend));
-
   // Settings that would do nothing are said, not dropped silently.
   auto unused = [&](std::string_view prefix, bool used, const std::string& why) {
     for (const auto& [key, entry] : m)

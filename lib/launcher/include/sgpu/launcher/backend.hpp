@@ -9,14 +9,15 @@
 //   describe(ctx)      its nodes, for --dry-run; starts nothing
 //   run(ctx, observe)  the job to its end: this node's ranks, or agents on
 //                      other nodes through the rendezvous (ClusterJob)
-//   refine_end(end)    what only the backend knows of how the job ended
-//                      (an ssh session's code, SLURM's time limit); the exit
-//                      code is then derived from the end, never set here
 //   release(code)      what the backend holds (an allocation) goes back,
 //                      once, however the run ended
 //
 // Job control (fail-fast, the timeout, the grace, signals) is not a
-// backend's business: Supervisor and ClusterJob share one JobControl.
+// backend's business: Supervisor and ClusterJob share one JobControl. What
+// only a multi-node backend knows of how an attempt ended (an ssh session's
+// code, SLURM's time limit) it gives its ClusterJob as
+// ClusterOptions::refine_end, which settles the end before it is recorded
+// and before any node hears the verdict; the exit code is derived from it.
 #include <functional>
 #include <memory>
 #include <optional>
@@ -113,13 +114,24 @@ class Backend {
   // Throws sgpu::Error when the job cannot start (a host unreachable, an
   // allocation refused, the rendezvous failed).
   virtual BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) = 0;
-  virtual void refine_end(env::JobEnd& /*end*/) {}
   virtual void release(int /*exit_code*/) {}
+};
+
+// What a backend can do, declared, so the engine asks this rather than its name.
+struct BackendCapabilities {
+  // Its ranks run under this process's own Supervisor, on this node: the
+  // engine runs --preflight on this node's GPUs itself. Otherwise each
+  // node's agent checks its own and the ClusterJob judges them all.
+  bool ranks_here = false;
+  // --detach: once the run directory exists the run goes on in a new
+  // session and the command returns with the run id.
+  bool detaches = false;
 };
 
 struct BackendInfo {
   std::string_view name;       // "ssh": in messages and ARCHITECTURE.md
   std::string_view flag_name;  // what --backend calls it ("local" for static multi-node too)
+  BackendCapabilities can{};
   // Its rows of the spec schema (an [ssh] table...), merged into spec_keys().
   std::vector<KeyInfo> (*keys)() = nullptr;
   // How strongly it wants a job whose --backend was not given, or named
@@ -127,8 +139,9 @@ struct BackendInfo {
   // inside an allocation).
   int (*offer)(const JobSpec& spec, const env::Environment& inherited) = nullptr;
   std::unique_ptr<Backend> (*make)() = nullptr;
-  // `sgpu agent --<name>-step`: an agent this backend's scheduler started
-  // learns its place from the scheduler's environment.
+  // `sgpu agent --<flag_name>-step` (a flag each such backend adds): an
+  // agent this backend's scheduler started learns its place from the
+  // scheduler's environment.
   void (*configure_agent)(AgentOptions& options, const env::Environment& inherited) = nullptr;
 };
 

@@ -104,6 +104,7 @@ class LocalBackend : public Backend {
 BackendInfo info() {
   return {.name = "local",
           .flag_name = "local",
+          .can = {.ranks_here = true, .detaches = true},
           .offer = [](const JobSpec&, const env::Environment&) { return 1; },
           .make = []() -> std::unique_ptr<Backend> { return std::make_unique<LocalBackend>(); }};
 }
