@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/rank_list.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/follow.hpp"
@@ -166,7 +167,7 @@ Command add_logs(CLI::App& app) {
     launcher::LogOptions o;
     o.ranks = f->rank;
     if (!f->ranks.empty())
-      for (int r : launcher::parse_rank_list(f->ranks, "--ranks")) o.ranks.push_back(r);
+      for (int r : env::parse_rank_list(f->ranks, "--ranks")) o.ranks.push_back(r);
     std::sort(o.ranks.begin(), o.ranks.end());
     o.ranks.erase(std::unique(o.ranks.begin(), o.ranks.end()), o.ranks.end());
     o.stderr_only = f->stderr_only;

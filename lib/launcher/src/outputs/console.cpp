@@ -14,13 +14,6 @@ namespace {
 // Cyan, yellow, green, magenta, blue and their bright forms: no red, which reads as an error.
 constexpr std::array<int, 10> kRankColors = {36, 33, 32, 35, 34, 96, 93, 92, 95, 94};
 
-std::optional<int> parse_int(std::string_view s) {
-  int v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
-
 // " 12:00:01.234": local time, for people reading the console.
 void format_timestamp(std::string& out) {
   auto now = std::chrono::system_clock::now();
@@ -39,27 +32,6 @@ void append_console_segment(std::string& out, std::string_view lead, std::string
   // progress redraw ("\r"): end it, so the next rank's line starts on its own.
   char last = segment.empty() ? '\0' : segment.back();
   if (last != '\n' && (last != '\r' || at_end)) out.push_back('\n');
-}
-
-std::vector<int> parse_rank_list(std::string_view text, std::string_view what) {
-  auto bad = [&](std::string_view item) {
-    return Error(fmt::format("{} {}: '{}' is not a rank; give ranks and ranges like 0,3 or 0-3,7", what, text, item));
-  };
-  std::vector<int> ranks;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    auto comma = text.find(',', start);
-    auto item = text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
-    auto dash = item.find('-');
-    auto lo = parse_int(item.substr(0, dash));
-    auto hi = dash == std::string_view::npos ? lo : parse_int(item.substr(dash + 1));
-    if (!lo || !hi || *lo < 0 || *hi < *lo) throw bad(item);
-    if (*hi - *lo > 1 << 20) throw bad(item);
-    for (int r = *lo; r <= *hi; ++r) ranks.push_back(r);
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
-  return ranks;
 }
 
 std::string rank_prefix(std::string_view label, int rank, bool color) {

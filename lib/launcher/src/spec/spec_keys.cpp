@@ -2,7 +2,7 @@
 // its table's rows (backends/*/..._keys.cpp). To add a launch option: a
 // field in JobSpec, a row here (its flag is registered from the row), and a
 // README line.
-#include "sgpu/launcher/outputs/console.hpp"
+#include "sgpu/env/rank_list.hpp"
 #include "sgpu/launcher/spec/spec_schema.hpp"
 
 namespace sgpu::launcher {
@@ -171,7 +171,7 @@ std::vector<KeyInfo> make_keys() {
       {.path = "output.ranks",
        .flags = "--ranks",
        .help = "ranks shown on the console, e.g. 0,3 or 0-3 (every rank is still logged)",
-       .apply = [](JobSpec& s, const S& v) { s.console_ranks = parse_rank_list(as_string(v), v.subject()); }},
+       .apply = [](JobSpec& s, const S& v) { s.console_ranks = env::parse_rank_list(as_string(v), v.subject()); }},
       {.path = "output.raw",
        .kind = K::Bool,
        .flags = "--raw",

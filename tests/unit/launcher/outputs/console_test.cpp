@@ -69,27 +69,6 @@ TEST_CASE("launcher::LineSplitter keeps every byte") {
   }
 }
 
-TEST_CASE("launcher::parse_rank_list") {
-  struct Row {
-    const char* text;
-    std::vector<int> ranks;
-  };
-  const Row ok[] = {{"0", {0}}, {"0,3", {0, 3}}, {"0-3,7", {0, 1, 2, 3, 7}}, {"5-5", {5}}};
-  for (const auto& row : ok) {
-    CAPTURE(row.text);
-    CHECK(parse_rank_list(row.text, "--ranks") == row.ranks);
-  }
-  for (const char* bad : {"", "a", "1,", ",1", "3-1", "-1", "1-", "1.5", "0-99999999"}) {
-    CAPTURE(bad);
-    CHECK_THROWS_AS(parse_rank_list(bad, "--ranks"), sgpu::Error);
-  }
-  try {
-    parse_rank_list("0,x", "--ranks");
-  } catch (const sgpu::Error& e) {
-    CHECK(std::string(e.what()) == "--ranks 0,x: 'x' is not a rank; give ranks and ranges like 0,3 or 0-3,7");
-  }
-}
-
 TEST_CASE("launcher::rank_prefix") {
   CHECK(rank_prefix("3", 3, false) == "[3] ");
   CHECK(rank_prefix("node1:3", 3, false) == "[node1:3] ");

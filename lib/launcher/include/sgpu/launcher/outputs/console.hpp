@@ -47,9 +47,6 @@ class LineSplitter {
 // redraw with nothing to follow (`at_end`).
 void append_console_segment(std::string& out, std::string_view lead, std::string_view segment, bool at_end);
 
-// Ranks named by --ranks: "0,3", "0-3,7". Throws sgpu::Error naming `what`.
-std::vector<int> parse_rank_list(std::string_view text, std::string_view what);
-
 // "[3] ", coloured when `color` (the colour follows the rank, so each rank's
 // lines stand apart on a terminal).
 std::string rank_prefix(std::string_view label, int rank, bool color);
