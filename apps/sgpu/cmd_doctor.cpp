@@ -13,6 +13,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/preflight/worker.hpp"
 
@@ -46,9 +47,9 @@ std::vector<std::uint64_t> split_sizes(const std::string& text) {
 
 int print(const DoctorOptions& o, const pf::PreflightResult& r) {
   if (o.format == "json")
-    fmt::print("{}\n", pf::preflight_json(r).dump(2));
+    launcher::output(pf::preflight_json(r).dump(2) + "\n");
   else
-    fmt::print("{}", pf::preflight_text(r));
+    launcher::output(pf::preflight_text(r));
   return pf::preflight_exit_code(r);
 }
 
@@ -78,7 +79,7 @@ int run_doctor(const DoctorOptions& o) {
   request.run_dir = o.report_dir;
 
   auto discovery = launcher::discover_gpus(request.environment);
-  if (discovery.source == "fake") fmt::print(stderr, "sgpu: note: {}\n", discovery.note);
+  if (discovery.source == "fake") launcher::diagnostic("sgpu: note: {}\n", discovery.note);
   if (discovery.source == "none") return unavailable(o, discovery.note);
   int visible = 0;
   for (const auto& g : discovery.gpus) visible += g.visible ? 1 : 0;

@@ -11,6 +11,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/follow.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
@@ -41,7 +42,7 @@ void add_common(CLI::App* cmd, Common& c) {
 }
 
 void print_json(const ordered_json& doc) {
-  fmt::print("{}\n", doc.dump(2, ' ', false, ordered_json::error_handler_t::replace));
+  launcher::output(doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n");
 }
 
 std::string short_duration(double s) {
@@ -89,9 +90,9 @@ Command add_runs(CLI::App& app) {
       for (const auto& run : runs) list.push_back(launcher::run_json(run));
       print_json(list);
     } else if (runs.empty()) {
-      fmt::print("no runs in {}\n", f->root());
+      launcher::output(fmt::format("no runs in {}\n", f->root()));
     } else {
-      fmt::print("{}", runs_table(runs));
+      launcher::output(runs_table(runs));
     }
     return 0;
   };
@@ -137,7 +138,7 @@ Command add_status(CLI::App& app) {
       doc["ranks"] = ranks;
       print_json(doc);
     } else {
-      fmt::print("{}", status_text(run, ranks));
+      launcher::output(status_text(run, ranks));
     }
     return 0;
   };
@@ -184,10 +185,10 @@ void print_end(const Common& c, const RunInfo& run) {
   }
   auto j = launcher::run_json(run);
   if (run.state == RunState::Lost)
-    fmt::print(stderr, "sgpu: run {} was lost: its sgpu (pid {}) ended without recording how the run ended\n", run.id,
-               j["sgpu_pid"].dump());
+    launcher::diagnostic("sgpu: run {} was lost: its sgpu (pid {}) ended without recording how the run ended\n", run.id,
+                         j["sgpu_pid"].dump());
   else
-    fmt::print(stderr, "sgpu: run {} {} (exit code {})\n", run.id, j["state"].get<std::string>(), exit_text(j));
+    launcher::diagnostic("sgpu: run {} {} (exit code {})\n", run.id, j["state"].get<std::string>(), exit_text(j));
 }
 
 Command add_wait(CLI::App& app) {
@@ -208,7 +209,7 @@ Command add_wait(CLI::App& app) {
     auto run = launcher::find_run(f->root(), f->run);
     auto ended = launcher::wait_for_run(run, limit);
     if (!ended) {
-      fmt::print(stderr, "sgpu: run {} is still running after --timeout {}\n", run.id, f->timeout);
+      launcher::diagnostic("sgpu: run {} is still running after --timeout {}\n", run.id, f->timeout);
       if (f->json()) print_json(launcher::run_json(run));
       return kExitWaitTimedOut;
     }
@@ -230,7 +231,7 @@ Command add_cancel(CLI::App& app) {
     auto run = launcher::find_run(f->root(), f->run);
     bool was_running = run.state == RunState::Running;
     auto ended = launcher::cancel_run(run);
-    if (!was_running && !f->json()) fmt::print(stderr, "sgpu: run {} had already ended\n", run.id);
+    if (!was_running && !f->json()) launcher::diagnostic("sgpu: run {} had already ended\n", run.id);
     print_end(*f, ended);
     return 0;
   };
@@ -262,11 +263,12 @@ Command add_prune(CLI::App& app) {
     if (f->json()) {
       print_json({{"removed", out.removed}, {"dry_run", f->dry_run}, {"errors", out.errors}});
     } else {
-      for (const auto& id : out.removed) fmt::print("{}{}\n", f->dry_run ? "would remove " : "removed ", id);
-      fmt::print(stderr, "sgpu: {} {} run{}\n", f->dry_run ? "would remove" : "removed", out.removed.size(),
-                 out.removed.size() == 1 ? "" : "s");
+      for (const auto& id : out.removed)
+        launcher::output(fmt::format("{}{}\n", f->dry_run ? "would remove " : "removed ", id));
+      launcher::diagnostic("sgpu: {} {} run{}\n", f->dry_run ? "would remove" : "removed", out.removed.size(),
+                           out.removed.size() == 1 ? "" : "s");
     }
-    for (const auto& e : out.errors) fmt::print(stderr, "sgpu: warning: {}\n", e);
+    for (const auto& e : out.errors) launcher::diagnostic("sgpu: warning: {}\n", e);
     return out.errors.empty() ? 0 : 1;
   };
 }

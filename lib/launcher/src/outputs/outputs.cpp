@@ -17,6 +17,7 @@
 #include "sgpu/launcher/outputs/error_file.hpp"
 #include "sgpu/launcher/outputs/fanout.hpp"
 #include "sgpu/launcher/outputs/json_depth.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/outputs/report.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
@@ -43,11 +44,6 @@ std::string this_host() {
   char name[HOST_NAME_MAX + 1] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
   return name;
-}
-
-void write_stdout(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
 }
 }  // namespace
 
@@ -176,7 +172,7 @@ struct JobOutputs::Impl {
     if (!pruner.joinable()) return;
     pruner.join();
     for (const auto& e : std::exchange(prune_errors, {}))
-      fmt::print(stderr, "sgpu: warning: cannot remove an old run: {}\n", e);
+      diagnostic("sgpu: warning: cannot remove an old run: {}\n", e);
   }
 
   RunReport gather(const JobOutcome& outcome) {
@@ -322,7 +318,7 @@ struct JobOutputs::Impl {
     try {
       write_file_atomic(path, dump_json(doc, -1));
     } catch (const Error& e) {
-      fmt::print(stderr, "sgpu: warning: TORCHELASTIC_ERROR_FILE: {}\n", e.what());
+      diagnostic("sgpu: warning: TORCHELASTIC_ERROR_FILE: {}\n", e.what());
     }
   }
 };
@@ -380,9 +376,9 @@ int JobOutputs::finish(const JobOutcome& outcome) {
                           {"duration_s", duration_seconds(report.started, report.ended)},
                           {"summary", "summary.json"}});
   auto text = format_report(report);
-  std::fwrite(text.data(), 1, text.size(), stderr);
+  diagnostic(text);
   s.write_parent_error_file(report);
-  if (s.json_output) write_stdout(dump_json(summary));
+  if (s.json_output) output(dump_json(summary));
   return report.exit_code;
 }
 
