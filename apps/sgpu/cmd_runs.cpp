@@ -15,6 +15,7 @@
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/follow.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
+#include "startup.hpp"
 
 namespace sgpu::app {
 namespace {
@@ -38,7 +39,8 @@ struct Common {
 
 void add_common(CLI::App* cmd, Common& c) {
   cmd->add_option("-o,--output", c.format, "text (default) or json")->check(CLI::IsMember({"text", "json"}));
-  cmd->add_option("--log-dir", c.log_dir, "the runs directory (default $SGPU_HOME/runs, as for launch --log-dir)");
+  cmd->add_option("--log-dir", c.log_dir, "the runs directory (default $SGPU_HOME/runs, as for launch --log-dir)")
+      ->check(non_empty_path());
 }
 
 void print_json(const ordered_json& doc) {
@@ -82,7 +84,7 @@ Command add_runs(CLI::App& app) {
   auto* cmd = app.add_subcommand("runs", "List runs, newest first: id, state, start, duration, ranks, exit code");
   add_common(cmd, *f);
   cmd->add_flag("--all", f->all, "every run (default: the newest 20)");
-  cmd->add_option("--limit", f->limit, "the newest N runs")->check(CLI::PositiveNumber);
+  cmd->add_option("--limit", f->limit, "the newest N runs")->check(at_least(1));
   return [f](const DashTail&) {
     auto runs = launcher::list_runs(f->root(), f->all ? std::nullopt : std::optional(f->limit));
     if (f->json()) {
@@ -160,14 +162,21 @@ Command add_logs(CLI::App& app) {
   cmd->add_option("--ranks", f->ranks, "only these ranks: 0,3 or 0-3");
   cmd->add_flag("--stderr", f->stderr_only, "only the ranks' stderr (default: stdout to stdout, stderr to stderr)");
   cmd->add_flag("-f,--follow", f->follow, "follow until the run ends, then exit with its exit code");
-  cmd->add_option("--tail", f->tail, "the last N lines of each rank first");
+  cmd->add_option("--tail", f->tail, "the last N lines of each rank first")->check(at_least(0));
   add_common(cmd, *f);
   return [f](const DashTail&) {
     auto run = launcher::find_run(f->root(), f->run);
     launcher::LogOptions o;
-    o.ranks = f->rank;
+    // Each rank checked against the flag that named it.
+    auto add = [&](int r, const char* flag) {
+      if (r < 0 || r >= run.world_size)
+        throw Error(fmt::format("{} {}: run {} has {} rank{} (0-{})", flag, r, run.id, run.world_size,
+                                run.world_size == 1 ? "" : "s", run.world_size - 1));
+      o.ranks.push_back(r);
+    };
+    for (int r : f->rank) add(r, "--rank");
     if (!f->ranks.empty())
-      for (int r : launcher::parse_rank_list(f->ranks, "--ranks")) o.ranks.push_back(r);
+      for (int r : launcher::parse_rank_list(f->ranks, "--ranks")) add(r, "--ranks");
     std::sort(o.ranks.begin(), o.ranks.end());
     o.ranks.erase(std::unique(o.ranks.begin(), o.ranks.end()), o.ranks.end());
     o.stderr_only = f->stderr_only;
@@ -246,7 +255,7 @@ Command add_prune(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("prune", "Remove finished runs (never a running one)");
   cmd->add_option("--older-than", f->older_than, "only runs that ended longer ago than this (7d, 12h, ...)");
-  cmd->add_option("--keep", f->keep, "keep the newest N runs")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--keep", f->keep, "keep the newest N runs")->check(at_least(0));
   cmd->add_flag("--dry-run", f->dry_run, "list what would be removed; remove nothing");
   add_common(cmd, *f);
   return [f](const DashTail&) {

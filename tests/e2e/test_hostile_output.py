@@ -173,6 +173,7 @@ JSON_USAGE_ERRORS = [
     ["--timeout", "5x", "--no-python", "true"],
     ["--dry-run", "missing.py"],
     ["--nproc"],  # a flag without its value: CLI11's own error
+    ["--log-dir", "", "--no-python", "true"],
 ]
 
 
@@ -216,3 +217,45 @@ def test_json_output_on_every_node_of_a_static_launch(sgpu, tmp_path):
         out, err = node.communicate(timeout=120)
         assert node.returncode == 3, err
         assert json.loads(out)["exit_code"] == 3
+
+
+# ---- small things a user sees -----------------------------------------------
+
+def test_a_range_error_is_short(sgpu):
+    res = run(sgpu, "runs", "--limit", 0)
+    assert res.returncode == 2
+    assert b"179769" not in res.stderr
+    assert b"--limit: 0 is below 1; give 1 or more" in res.stderr
+
+
+def test_a_missing_sgpu_python_is_named_as_the_variable(sgpu):
+    env = dict(sgpu.env, SGPU_PYTHON="/nonexistent/python")
+    (pathlib.Path(sgpu.cwd) / "train.py").write_text("")
+    res = run(sgpu, "launch", "train.py", env=env)
+    assert res.returncode == 127
+    assert b"(from SGPU_PYTHON)" in res.stderr, res.stderr
+
+
+@pytest.fixture
+def one_run(sgpu):
+    assert run(sgpu, "launch", "--nproc", 1, "--no-python", "true").returncode == 0
+    return "last"
+
+
+def test_logs_ranks_out_of_range_names_ranks(sgpu, one_run):
+    res = run(sgpu, "logs", one_run, "--ranks", "0-3")
+    assert res.returncode == 2
+    assert b"--ranks 1:" in res.stderr, res.stderr
+
+
+def test_logs_negative_tail_is_refused(sgpu, one_run):
+    res = run(sgpu, "logs", one_run, "--tail", "-1")
+    assert res.returncode == 2
+    assert b"--tail" in res.stderr
+
+
+@pytest.mark.parametrize("args", [["launch", "--log-dir", "", "--no-python", "true"], ["runs", "--log-dir", ""]])
+def test_an_empty_log_dir_is_refused(sgpu, args):
+    res = run(sgpu, *args)
+    assert res.returncode == 2
+    assert b"an empty path" in res.stderr, res.stderr
