@@ -259,3 +259,35 @@ def test_an_empty_log_dir_is_refused(sgpu, args):
     res = run(sgpu, *args)
     assert res.returncode == 2
     assert b"an empty path" in res.stderr, res.stderr
+
+
+ERROR_FILE_WRITER = r"""
+import json, os
+evil = "\x1b]0;pwned\x07\x1b[2J\r\nsgpu: everything is fine\u009b31m"
+with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+    json.dump({"message": {"message": evil, "extraInfo": {"py_callstack": "Traceback:\n" + evil, "timestamp": "1"}}}, f)
+raise SystemExit(3)
+"""
+
+
+def test_control_characters_of_an_error_file_are_escaped(sgpu, tmp_path):
+    script = tmp_path / "evil.py"
+    script.write_text(ERROR_FILE_WRITER)
+    res = run(sgpu, "launch", "--nproc", 1, script)
+    assert res.returncode == 3, res.stderr
+    report = res.stderr.decode()
+    assert "\x1b" not in report and "\x07" not in report and "\r" not in report and "\u009b" not in report
+    assert "\nsgpu: everything is fine" not in report
+    assert "\\x1b]0;pwned\\x07" in report
+
+
+def test_a_warning_is_listed_once(sgpu, tmp_path):
+    # An error file nested too deep is not read: one warning, not one per
+    # reading of the last attempt's files.
+    script = tmp_path / "deep.py"
+    script.write_text("import os\nopen(os.environ['TORCHELASTIC_ERROR_FILE'], 'w').write('[' * 5000 + ']' * 5000)\n"
+                      "raise SystemExit(3)\n")
+    res = run(sgpu, "launch", "--nproc", 1, script)
+    assert res.returncode == 3
+    lines = [ln for ln in res.stderr.decode().splitlines() if "not read (error file)" in ln]
+    assert len(lines) == 1, res.stderr

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -228,6 +229,13 @@ struct JobOutputs::Impl {
       attempt.root_cause = root_cause(attempt.ranks, a.end, a.spawn_error, last ? -1 : a.attempt, report.warnings);
       report.attempts.push_back(std::move(attempt));
     }
+    // The last attempt's root cause reads the same files as the run's: its
+    // warnings (an error file not read) are said once.
+    std::set<std::string> seen;
+    std::vector<std::string> once;
+    for (auto& w : report.warnings)
+      if (seen.insert(w).second) once.push_back(std::move(w));
+    report.warnings = std::move(once);
     return report;
   }
 
