@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 
 namespace sgpu::app {
 
@@ -15,8 +16,8 @@ Command add_devices_command(CLI::App& app) {
       ->check(CLI::IsMember({"text", "json"}));
   return [format](const DashTail&) {
     auto d = launcher::discover_gpus(env::current_environment());
-    if (d.source == "fake") fmt::print(stderr, "sgpu: note: {}\n", d.note);
-    fmt::print("{}", *format == "json" ? launcher::devices_json(d) : launcher::devices_text(d));
+    if (d.source == "fake") launcher::diagnostic("sgpu: note: {}\n", d.note);
+    launcher::output(*format == "json" ? launcher::devices_json(d) : launcher::devices_text(d));
     return 0;
   };
 }

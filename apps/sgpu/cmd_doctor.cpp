@@ -13,8 +13,10 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/preflight/worker.hpp"
+#include "startup.hpp"
 
 namespace sgpu::app {
 namespace pf = launcher::preflight;
@@ -46,9 +48,9 @@ std::vector<std::uint64_t> split_sizes(const std::string& text) {
 
 int print(const DoctorOptions& o, const pf::PreflightResult& r) {
   if (o.format == "json")
-    fmt::print("{}\n", pf::preflight_json(r).dump(2));
+    launcher::output(pf::preflight_json(r).dump(2) + "\n");
   else
-    fmt::print("{}", pf::preflight_text(r));
+    launcher::output(pf::preflight_text(r));
   return pf::preflight_exit_code(r);
 }
 
@@ -78,7 +80,7 @@ int run_doctor(const DoctorOptions& o) {
   request.run_dir = o.report_dir;
 
   auto discovery = launcher::discover_gpus(request.environment);
-  if (discovery.source == "fake") fmt::print(stderr, "sgpu: note: {}\n", discovery.note);
+  if (discovery.source == "fake") launcher::diagnostic("sgpu: note: {}\n", discovery.note);
   if (discovery.source == "none") return unavailable(o, discovery.note);
   int visible = 0;
   for (const auto& g : discovery.gpus) visible += g.visible ? 1 : 0;
@@ -104,7 +106,7 @@ Command add_doctor_command(CLI::App& app) {
       "Check this node's GPUs: NVML health, topology, and an NCCL all-reduce across them (exit 0 healthy, "
       "1 a check failed, 3 nothing to check: no driver, NCCL or GPU); on many nodes, through any backend: sgpu "
       "launch --preflight-only");
-  cmd->add_option("--gpus", o->gpus, "GPUs to check (default: every visible GPU)")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", o->gpus, "GPUs to check (default: every visible GPU)")->check(at_least(1));
   cmd->add_option("--gpu-type", o->gpu_type, "only GPUs of this type (h100, a100, ...)");
   cmd->add_option("-o,--output", o->format, "text (default) or json (one document)")
       ->check(CLI::IsMember({"text", "json"}));
@@ -112,10 +114,10 @@ Command add_doctor_command(CLI::App& app) {
   cmd->add_option("--min-bytes", o->min_bytes, "smallest all-reduce (default 8)");
   cmd->add_option("--max-bytes", o->max_bytes, "largest all-reduce (default 1G); busbw is judged at it");
   cmd->add_option("--step-factor", o->step_factor, "each size is this many times the last (default 2)");
-  cmd->add_option("--warmup", o->warmup, "untimed all-reduces per size (default 5)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--iters", o->iters, "timed all-reduces per size (default 20)")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o->warmup, "untimed all-reduces per size (default 5)")->check(at_least(0));
+  cmd->add_option("--iters", o->iters, "timed all-reduces per size (default 20)")->check(at_least(1));
   cmd->add_option("--expect-busbw", o->expect_busbw, "expected bus bandwidth in GB/s, instead of the GPU type's")
-      ->check(CLI::PositiveNumber);
+      ->check(above_zero());
   cmd->add_option("--report-dir", o->report_dir,
                   "keep the report (preflight.json) and the workers' stderr (preflight/) in this directory");
   // The per-GPU worker sgpu starts itself.

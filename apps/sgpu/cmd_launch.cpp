@@ -6,9 +6,11 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "ending.hpp"
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/launch.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/spec/spec_load.hpp"
 
 namespace sgpu::app {
@@ -97,7 +99,8 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   launcher::LaunchRequest request;
   request.inherited = env::current_environment();
   request.resolved = resolve(f, rest, request.inherited);
-  for (const auto& note : request.resolved.notes) fmt::print(stderr, "sgpu: note: {}\n", note);
+  ending().json = request.resolved.spec.output_format == "json";  // --config and --set count too
+  for (const auto& note : request.resolved.notes) launcher::diagnostic("sgpu: note: {}\n", note);
   request.cwd = std::filesystem::current_path().string();
   request.config = f.config;
   std::error_code ec;

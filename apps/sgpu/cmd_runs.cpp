@@ -12,9 +12,11 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/env/rank_list.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/follow.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
+#include "startup.hpp"
 
 namespace sgpu::app {
 namespace {
@@ -38,11 +40,12 @@ struct Common {
 
 void add_common(CLI::App* cmd, Common& c) {
   cmd->add_option("-o,--output", c.format, "text (default) or json")->check(CLI::IsMember({"text", "json"}));
-  cmd->add_option("--log-dir", c.log_dir, "the runs directory (default $SGPU_HOME/runs, as for launch --log-dir)");
+  cmd->add_option("--log-dir", c.log_dir, "the runs directory (default $SGPU_HOME/runs, as for launch --log-dir)")
+      ->check(non_empty_path());
 }
 
 void print_json(const ordered_json& doc) {
-  fmt::print("{}\n", doc.dump(2, ' ', false, ordered_json::error_handler_t::replace));
+  launcher::output(doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n");
 }
 
 std::string short_duration(double s) {
@@ -82,7 +85,7 @@ Command add_runs(CLI::App& app) {
   auto* cmd = app.add_subcommand("runs", "List runs, newest first: id, state, start, duration, ranks, exit code");
   add_common(cmd, *f);
   cmd->add_flag("--all", f->all, "every run (default: the newest 20)");
-  cmd->add_option("--limit", f->limit, "the newest N runs")->check(CLI::PositiveNumber);
+  cmd->add_option("--limit", f->limit, "the newest N runs")->check(at_least(1));
   return [f](const DashTail&) {
     auto runs = launcher::list_runs(f->root(), f->all ? std::nullopt : std::optional(f->limit));
     if (f->json()) {
@@ -90,9 +93,9 @@ Command add_runs(CLI::App& app) {
       for (const auto& run : runs) list.push_back(launcher::run_json(run));
       print_json(list);
     } else if (runs.empty()) {
-      fmt::print("no runs in {}\n", f->root());
+      launcher::output(fmt::format("no runs in {}\n", f->root()));
     } else {
-      fmt::print("{}", runs_table(runs));
+      launcher::output(runs_table(runs));
     }
     return 0;
   };
@@ -138,7 +141,7 @@ Command add_status(CLI::App& app) {
       doc["ranks"] = ranks;
       print_json(doc);
     } else {
-      fmt::print("{}", status_text(run, ranks));
+      launcher::output(status_text(run, ranks));
     }
     return 0;
   };
@@ -160,14 +163,21 @@ Command add_logs(CLI::App& app) {
   cmd->add_option("--ranks", f->ranks, "only these ranks: 0,3 or 0-3");
   cmd->add_flag("--stderr", f->stderr_only, "only the ranks' stderr (default: stdout to stdout, stderr to stderr)");
   cmd->add_flag("-f,--follow", f->follow, "follow until the run ends, then exit with its exit code");
-  cmd->add_option("--tail", f->tail, "the last N lines of each rank first");
+  cmd->add_option("--tail", f->tail, "the last N lines of each rank first")->check(at_least(0));
   add_common(cmd, *f);
   return [f](const DashTail&) {
     auto run = launcher::find_run(f->root(), f->run);
     launcher::LogOptions o;
-    o.ranks = f->rank;
+    // Each rank checked against the flag that named it.
+    auto add = [&](int r, const char* flag) {
+      if (r < 0 || r >= run.world_size)
+        throw Error(fmt::format("{} {}: run {} has {} rank{} (0-{})", flag, r, run.id, run.world_size,
+                                run.world_size == 1 ? "" : "s", run.world_size - 1));
+      o.ranks.push_back(r);
+    };
+    for (int r : f->rank) add(r, "--rank");
     if (!f->ranks.empty())
-      for (int r : env::parse_rank_list(f->ranks, "--ranks")) o.ranks.push_back(r);
+      for (int r : env::parse_rank_list(f->ranks, "--ranks")) add(r, "--ranks");
     std::sort(o.ranks.begin(), o.ranks.end());
     o.ranks.erase(std::unique(o.ranks.begin(), o.ranks.end()), o.ranks.end());
     o.stderr_only = f->stderr_only;
@@ -185,10 +195,10 @@ void print_end(const Common& c, const RunInfo& run) {
   }
   auto j = launcher::run_json(run);
   if (run.state == RunState::Lost)
-    fmt::print(stderr, "sgpu: run {} was lost: its sgpu (pid {}) ended without recording how the run ended\n", run.id,
-               j["sgpu_pid"].dump());
+    launcher::diagnostic("sgpu: run {} was lost: its sgpu (pid {}) ended without recording how the run ended\n", run.id,
+                         j["sgpu_pid"].dump());
   else
-    fmt::print(stderr, "sgpu: run {} {} (exit code {})\n", run.id, j["state"].get<std::string>(), exit_text(j));
+    launcher::diagnostic("sgpu: run {} {} (exit code {})\n", run.id, j["state"].get<std::string>(), exit_text(j));
 }
 
 Command add_wait(CLI::App& app) {
@@ -209,7 +219,7 @@ Command add_wait(CLI::App& app) {
     auto run = launcher::find_run(f->root(), f->run);
     auto ended = launcher::wait_for_run(run, limit);
     if (!ended) {
-      fmt::print(stderr, "sgpu: run {} is still running after --timeout {}\n", run.id, f->timeout);
+      launcher::diagnostic("sgpu: run {} is still running after --timeout {}\n", run.id, f->timeout);
       if (f->json()) print_json(launcher::run_json(run));
       return kExitWaitTimedOut;
     }
@@ -231,7 +241,7 @@ Command add_cancel(CLI::App& app) {
     auto run = launcher::find_run(f->root(), f->run);
     bool was_running = run.state == RunState::Running;
     auto ended = launcher::cancel_run(run);
-    if (!was_running && !f->json()) fmt::print(stderr, "sgpu: run {} had already ended\n", run.id);
+    if (!was_running && !f->json()) launcher::diagnostic("sgpu: run {} had already ended\n", run.id);
     print_end(*f, ended);
     return 0;
   };
@@ -246,7 +256,7 @@ Command add_prune(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("prune", "Remove finished runs (never a running one)");
   cmd->add_option("--older-than", f->older_than, "only runs that ended longer ago than this (7d, 12h, ...)");
-  cmd->add_option("--keep", f->keep, "keep the newest N runs")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--keep", f->keep, "keep the newest N runs")->check(at_least(0));
   cmd->add_flag("--dry-run", f->dry_run, "list what would be removed; remove nothing");
   add_common(cmd, *f);
   return [f](const DashTail&) {
@@ -263,11 +273,12 @@ Command add_prune(CLI::App& app) {
     if (f->json()) {
       print_json({{"removed", out.removed}, {"dry_run", f->dry_run}, {"errors", out.errors}});
     } else {
-      for (const auto& id : out.removed) fmt::print("{}{}\n", f->dry_run ? "would remove " : "removed ", id);
-      fmt::print(stderr, "sgpu: {} {} run{}\n", f->dry_run ? "would remove" : "removed", out.removed.size(),
-                 out.removed.size() == 1 ? "" : "s");
+      for (const auto& id : out.removed)
+        launcher::output(fmt::format("{}{}\n", f->dry_run ? "would remove " : "removed ", id));
+      launcher::diagnostic("sgpu: {} {} run{}\n", f->dry_run ? "would remove" : "removed", out.removed.size(),
+                           out.removed.size() == 1 ? "" : "s");
     }
-    for (const auto& e : out.errors) fmt::print(stderr, "sgpu: warning: {}\n", e);
+    for (const auto& e : out.errors) launcher::diagnostic("sgpu: warning: {}\n", e);
     return out.errors.empty() ? 0 : 1;
   };
 }

@@ -1,18 +1,35 @@
 // sgpu: run a distributed training entrypoint on N GPUs. Errors a user can
-// act on are thrown as sgpu::Error and printed here, in one place.
-#include <cstdio>
+// act on are thrown as sgpu::Error and printed here, in one place; so is the
+// -o json document of an ending that printed none.
+#include <csignal>
+#include <sstream>
+#include <string>
 #include <string_view>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "ending.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/process/orphan_reaper.hpp"
 #include "startup.hpp"
 
 namespace {
+using sgpu::launcher::diagnostic;
 
-int run_command(int argc, char** argv) {
+// CLI11's own answers (--help, --version, its exit codes) go through
+// sgpu's writes: an exception or a lost page of help must not abort it.
+int cli_exit(const CLI::App& app, const CLI::Error& e) {
+  std::ostringstream out;
+  std::ostringstream err;
+  int code = app.exit(e, out, err);
+  sgpu::launcher::output(out.str());
+  diagnostic(err.str());
+  return code;
+}
+
+int run_command(int argc, char** argv, sgpu::app::Ending& ending) {
   CLI::App app{"sgpu: launch distributed training on N GPUs of this node or of remote nodes", "sgpu"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sgpu 0.1.0");
@@ -21,6 +38,8 @@ int run_command(int argc, char** argv) {
   auto agent = sgpu::app::add_agent_command(app);
   auto doctor = sgpu::app::add_doctor_command(app);
   auto run_commands = sgpu::app::add_run_commands(app);
+  // What was parsed, also before a usage error, says whether -o json was asked.
+  auto asked = [&] { ending.json = sgpu::app::json_output_asked(app, ending.launch); };
   try {
     sgpu::app::check_command_word(app, argc, argv);
     sgpu::app::DashTail tail;
@@ -32,7 +51,13 @@ int run_command(int argc, char** argv) {
         break;
       }
     }
-    app.parse(head, argv);
+    try {
+      app.parse(head, argv);
+    } catch (const CLI::ParseError&) {
+      asked();
+      throw;
+    }
+    asked();
     if (app.got_subcommand("launch")) return launch(tail);
     if (app.got_subcommand("devices")) return devices(tail);
     if (app.got_subcommand("agent")) return agent(tail);
@@ -40,17 +65,21 @@ int run_command(int argc, char** argv) {
     for (const auto& [name, command] : run_commands)
       if (app.got_subcommand(name)) return command(tail);
     return 0;
-  } catch (const CLI::Success& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    fmt::print(stderr, "sgpu: error: {}\nRun 'sgpu --help' or 'sgpu launch --help' for the options.\n", e.what());
+    if (e.get_exit_code() == 0) {  // --help, --version: their text is the answer
+      ending.json = false;
+      return cli_exit(app, e);
+    }
+    ending.error = e.what();
+    diagnostic("sgpu: error: {}\nRun 'sgpu --help' or 'sgpu launch --help' for the options.\n", ending.error);
     return sgpu::kExitUsage;
   } catch (const sgpu::Error& e) {
-    fmt::print(stderr, "sgpu: error: {}\n", e.what());
+    ending.error = e.what();
+    diagnostic("sgpu: error: {}\n", ending.error);
     return e.exit_code();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "sgpu: error: {}\n", e.what());
+    ending.error = e.what();
+    diagnostic("sgpu: error: {}\n", ending.error);
     return 1;
   }
 }
@@ -59,10 +88,16 @@ int run_command(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   sgpu::app::open_standard_fds();  // first: before anything takes descriptor 0, 1 or 2
+  // A closed pipe is a failed write sgpu reports, never its death; ranks and
+  // other children get the default back before exec (process/spawn.cpp,
+  // ChildExecSetup).
+  std::signal(SIGPIPE, SIG_IGN);
   sgpu::launcher::become_subreaper();
-  int code = run_command(argc, argv);
+  auto& ending = sgpu::app::ending();
+  int code = run_command(argc, argv, ending);
+  sgpu::app::print_json_ending(ending, code);
   for (const auto& orphan : sgpu::launcher::kill_adopted_orphans())
-    fmt::print(stderr, "sgpu: warning: killed pid {} ({}), left running by a rank outside its process group\n",
-               orphan.pid, orphan.command);
-  return code;
+    diagnostic("sgpu: warning: killed pid {} ({}), left running by a rank outside its process group\n", orphan.pid,
+               orphan.command);
+  return sgpu::launcher::exit_code_after_output(code);
 }

@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,38 @@ void open_standard_fds() {
       ::close(opened);
     }
   }
+}
+
+CLI::Validator at_least(long long min) {
+  auto check = [min](std::string& text) -> std::string {
+    long long value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec == std::errc::result_out_of_range) return fmt::format("{} is too large", text);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+      return fmt::format("'{}' is not a whole number; give {} or more", text, min);
+    if (value < min) return fmt::format("{} is below {}; give {} or more", text, min, min);
+    return {};
+  };
+  return {check, fmt::format("N>={}", min), fmt::format("at least {}", min)};
+}
+
+CLI::Validator non_empty_path() {
+  auto check = [](std::string& text) -> std::string {
+    return text.empty() ? "an empty path; give a directory, or leave the option out for the default" : "";
+  };
+  return {check, "PATH", "non-empty path"};
+}
+
+CLI::Validator above_zero() {
+  auto check = [](std::string& text) -> std::string {
+    char* end = nullptr;
+    double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
+      return fmt::format("'{}' is not a number", text);
+    if (value <= 0) return fmt::format("{} is not above 0; give a number above 0", text);
+    return {};
+  };
+  return {check, "X>0", "above zero"};
 }
 
 void check_command_word(const CLI::App& app, int argc, char** argv) {

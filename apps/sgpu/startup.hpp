@@ -10,6 +10,16 @@ namespace sgpu::app {
 // takes that number, and a write meant for stderr lands in it.
 void open_standard_fds();
 
+// A whole number of at least `min` ("--limit 0: 0 is below 1; give a whole
+// number of 1 or more"): CLI11's own ranges print DBL_MAX's 309 digits.
+CLI::Validator at_least(long long min);
+
+// A path that is not empty: "" would silently mean the default.
+CLI::Validator non_empty_path();
+
+// A number above 0, for real values ("--expect-busbw").
+CLI::Validator above_zero();
+
 // Throws sgpu::Error (exit 2) when the first word is not an option and not a
 // subcommand: "unknown command 'bogus'; valid: launch, devices, agent".
 void check_command_word(const CLI::App& app, int argc, char** argv);

@@ -207,7 +207,10 @@ def run_sgpu(argv: list[str], *, cwd: Optional[str] = None, env: Optional[Mappin
         doc = json.loads(reader.data) if reader.data.strip() else None
     except json.JSONDecodeError:
         doc = None
-    if not isinstance(doc, dict):
+    # A refusal (exit 2) prints a summary that did not start, as every ending
+    # with -o json does; it is still a UsageError here.
+    refused = isinstance(doc, dict) and doc.get("status") == "not_started" and proc.returncode == 2
+    if not isinstance(doc, dict) or refused:
         message = pump.text().strip() or f"sgpu exited {proc.returncode} without a summary"
         if proc.returncode == 2:
             raise UsageError(message, full)

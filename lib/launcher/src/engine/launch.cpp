@@ -13,6 +13,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/outputs/outputs.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
 #include "sgpu/launcher/plan/dry_run.hpp"
@@ -64,9 +65,13 @@ nlohmann::json record_not_started(const LaunchContext& ctx, const std::string& r
 void report_not_started(const LaunchContext& ctx, const Error& error, const std::optional<TrackingLink>& mlflow) {
   auto doc = record_not_started(ctx, error.what(), error.exit_code(), mlflow);
   if (ctx.spec.output_format != "json") return;
-  auto text = dump_json(doc);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+  output(dump_json(doc));
+}
+
+// -o json on a node whose ranks ran for a run another node hosts: the
+// launcher's verdict; the run's summary is the hosting node's.
+nlohmann::ordered_json node_part_json(const AgentResult& result, int code) {
+  return {{"exit_code", code}, {"message", result.message}, {"summary", "on node 0, which hosts the run"}};
 }
 
 // What the spec asks of the backend that it cannot do: a usage error (2).
@@ -112,7 +117,7 @@ int launch(LaunchRequest request) {
   // summary; each step bounded by mlflow.timeout, a failing server only warned about.
   std::vector<std::string> tracking_warnings;
   auto tracking = mlflow_config(ctx.spec, ctx.inherited, tracking_warnings);  // a bad --mlflow is 2
-  for (const auto& w : tracking_warnings) fmt::print(stderr, "sgpu: warning: {}\n", w);
+  for (const auto& w : tracking_warnings) diagnostic("sgpu: warning: {}\n", w);
   std::optional<MlflowTracker> tracker;
   std::optional<TrackedRun> tracked;
   // Just before the ranks start, in order: the preflight (a launch that fails
@@ -169,9 +174,9 @@ int launch(LaunchRequest request) {
     backend->release(code);
     record_not_started(ctx, preflight::preflight_headline(done.result), code);
     if (ctx.spec.output_format == "json")
-      fmt::print("{}\n", preflight::preflight_json(done.result).dump(2));
+      output(preflight::preflight_json(done.result).dump(2) + "\n");
     else
-      fmt::print("{}", preflight::preflight_text(done.result));
+      output(preflight::preflight_text(done.result));
     return code;
   } catch (const Error& e) {
     backend->release(e.exit_code());
@@ -188,7 +193,9 @@ int launch(LaunchRequest request) {
   }
   if (!result.hosted) {  // this node's part of a run another node hosts
     backend->release(result.as_node.exit_code);
-    return report_agent_result(result.as_node);
+    int code = report_agent_result(result.as_node);
+    if (ctx.spec.output_format == "json") output(dump_json(node_part_json(result.as_node, code)));
+    return code;
   }
   auto& outcome = *result.hosted;
   // The one exit code: derived from the recorded end (which the backend
@@ -226,7 +233,7 @@ int dry_run(LaunchRequest request) {
       in.executable = program_name(ctx.spec);  // remote nodes resolve their own, at launch
     }
     auto plan = make_dry_run(request.resolved, in);
-    fmt::print("{}", ctx.spec.output_format == "json" ? dry_run_json(plan) : dry_run_text(plan));
+    output(ctx.spec.output_format == "json" ? dry_run_json(plan) : dry_run_text(plan));
     return 0;
   } catch (const Error& e) {
     throw Error(e.what(), kExitUsage);  // a dry run reports problems with 2, whatever they are

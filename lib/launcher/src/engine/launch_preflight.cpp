@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 
 namespace sgpu::launcher {
@@ -33,7 +34,7 @@ void run_launch_preflight(const LaunchContext& ctx, const LaunchPlan& plan) {
   if (ctx.spec.preflight.only) throw pf::PreflightDone(std::move(result));
   auto report = (std::filesystem::path(ctx.run_dir) / "preflight.json").string();
   if (auto refusal = pf::launch_refusal(result, report)) throw *refusal;
-  fmt::print(stderr, "sgpu: {}\n", pf::preflight_headline(result));
+  diagnostic("sgpu: {}\n", pf::preflight_headline(result));
 }
 
 }  // namespace sgpu::launcher

@@ -18,6 +18,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
@@ -400,7 +401,7 @@ AgentResult run_agent(AgentOptions options, rendezvous::Secret secret) {
 
 int report_agent_result(const AgentResult& result) {
   if (!result.finished) throw Error(result.message, result.exit_code);
-  if (result.exit_code != 0) fmt::print(stderr, "sgpu: the run ended: {}\n", result.message);
+  if (result.exit_code != 0) diagnostic("sgpu: the run ended: {}\n", result.message);
   return result.exit_code;
 }
 

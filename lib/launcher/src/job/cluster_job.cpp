@@ -15,6 +15,7 @@
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/job_control.hpp"
@@ -98,7 +99,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
         progress_timer(io_) {
     if (options.nnodes < 1) throw Error(fmt::format("--nnodes {}: must be at least 1", options.nnodes));
     allow_connections(options.nnodes);
-    if (!options.notice) options.notice = [](const std::string& text) { fmt::print(stderr, "sgpu: {}\n", text); };
+    if (!options.notice) options.notice = [](const std::string& text) { diagnostic("sgpu: {}\n", text); };
     timeout = env::parse_duration(spec.timeout, "--timeout");
     auto g = env::parse_duration(spec.grace, "--grace");
     if (!g) throw Error("--grace none: the grace period needs a limit, e.g. 30s");

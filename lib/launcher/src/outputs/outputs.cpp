@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "sgpu/launcher/outputs/error_file.hpp"
 #include "sgpu/launcher/outputs/fanout.hpp"
 #include "sgpu/launcher/outputs/json_depth.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/outputs/report.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
@@ -43,11 +45,6 @@ std::string this_host() {
   char name[HOST_NAME_MAX + 1] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
   return name;
-}
-
-void write_stdout(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
 }
 }  // namespace
 
@@ -176,7 +173,7 @@ struct JobOutputs::Impl {
     if (!pruner.joinable()) return;
     pruner.join();
     for (const auto& e : std::exchange(prune_errors, {}))
-      fmt::print(stderr, "sgpu: warning: cannot remove an old run: {}\n", e);
+      diagnostic("sgpu: warning: cannot remove an old run: {}\n", e);
   }
 
   RunReport gather(const JobOutcome& outcome) {
@@ -232,6 +229,13 @@ struct JobOutputs::Impl {
       attempt.root_cause = root_cause(attempt.ranks, a.end, a.spawn_error, last ? -1 : a.attempt, report.warnings);
       report.attempts.push_back(std::move(attempt));
     }
+    // The last attempt's root cause reads the same files as the run's: its
+    // warnings (an error file not read) are said once.
+    std::set<std::string> seen;
+    std::vector<std::string> once;
+    for (auto& w : report.warnings)
+      if (seen.insert(w).second) once.push_back(std::move(w));
+    report.warnings = std::move(once);
     return report;
   }
 
@@ -322,7 +326,7 @@ struct JobOutputs::Impl {
     try {
       write_file_atomic(path, dump_json(doc, -1));
     } catch (const Error& e) {
-      fmt::print(stderr, "sgpu: warning: TORCHELASTIC_ERROR_FILE: {}\n", e.what());
+      diagnostic("sgpu: warning: TORCHELASTIC_ERROR_FILE: {}\n", e.what());
     }
   }
 };
@@ -380,9 +384,9 @@ int JobOutputs::finish(const JobOutcome& outcome) {
                           {"duration_s", duration_seconds(report.started, report.ended)},
                           {"summary", "summary.json"}});
   auto text = format_report(report);
-  std::fwrite(text.data(), 1, text.size(), stderr);
+  diagnostic(text);
   s.write_parent_error_file(report);
-  if (s.json_output) write_stdout(dump_json(summary));
+  if (s.json_output) output(dump_json(summary));
   return report.exit_code;
 }
 

@@ -146,6 +146,28 @@ std::string format_rank_table(const RunReport& report, std::size_t max_rows) {
   return out;
 }
 
+std::string escape_controls(std::string_view text, bool keep_newlines) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    bool c1 = c == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+              static_cast<unsigned char>(text[i + 1]) <= 0x9F;
+    if (c1) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[++i]));
+    } else if (c == '\n' || c == '\t') {
+      out += keep_newlines ? std::string(1, static_cast<char>(c)) : (c == '\n' ? "\\n" : "\\t");
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7F) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string format_report(const RunReport& report) {
   std::string out;
   for (const auto& w : report.warnings) out += fmt::format("sgpu: warning: {}\n", w);
@@ -160,10 +182,11 @@ std::string format_report(const RunReport& report) {
   if (report.end.kind == Kind::SpawnFailed && report.ranks.size() <= 1) return out + tracked;
   out += format_rank_table(report);
   if (const auto& cause = report.root_cause; cause && cause->kind == Kind::RankFailed) {
-    out += fmt::format("sgpu: root cause: {}\n", cause->message);
+    // The message may hold the error file's text: shown escaped, as its traceback.
+    out += fmt::format("sgpu: root cause: {}\n", escape_controls(cause->message, false));
     if (cause->source == "error_file") {
       out += fmt::format("  traceback ({}):\n", cause->source_path);
-      out += indent(cause->details, "    ");
+      out += indent(escape_controls(cause->details, true), "    ");
     } else if (!cause->details.empty()) {
       out += fmt::format("  last lines of its stderr ({}):\n", cause->source_path);
       out += indent(cause->details, "    ");

@@ -200,9 +200,14 @@ std::string resolve_program(const JobSpec& spec, const env::Environment& environ
     return resolve_executable(spec.entrypoint.target, cwd, environment, "executable");
   std::string python = spec.python;
   std::string source = "--python";
+  auto from_env = environment.find("SGPU_PYTHON");
+  bool env_set = from_env != environment.end() && !from_env->second.empty();
+  // job.python also comes from SGPU_PYTHON (the spec's environment layer):
+  // the message names the variable when that is where the value came from.
+  if (!python.empty() && env_set && python == from_env->second) source = "SGPU_PYTHON";
   if (python.empty()) {
-    if (auto it = environment.find("SGPU_PYTHON"); it != environment.end() && !it->second.empty()) {
-      python = it->second;
+    if (env_set) {
+      python = from_env->second;
       source = "SGPU_PYTHON";
     } else {
       python = "python3";

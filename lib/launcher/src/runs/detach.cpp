@@ -12,12 +12,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/outputs/summary.hpp"
 #include "sgpu/launcher/runs/run_state.hpp"
 
 namespace sgpu::launcher {
@@ -34,10 +36,33 @@ void report_to_parent(int fd, unsigned char code) {
   ::close(fd);
 }
 
+// The background run ended before it was listed: what it said (its console)
+// goes to the caller's stderr; a console it could not write (a full disk)
+// is named, with the code, rather than left silent. With -o json the caller
+// prints the run's document on its own stdout (the console went to stderr).
+void tell_why_not_started(const std::string& run_id, const std::string& run_dir, int code, bool json) {
+  auto path = std::filesystem::path(run_dir) / kRunConsoleFile;
+  std::string said;
+  if (std::ifstream console{path}) said.assign(std::istreambuf_iterator<char>(console), {});
+  auto why = fmt::format("--detach: the background run ended (exit code {}) before it started", code);
+  if (!said.empty()) {
+    diagnostic(said);
+  } else {
+    why += fmt::format(", and {} holds no message (is its disk full?)", path.string());
+    diagnostic("sgpu: error: {}\n", why);
+  }
+  if (!json) return;
+  env::JobEnd end;
+  end.kind = env::JobEnd::Kind::NotStarted;
+  end.reason = why;
+  end.code = code;
+  output(dump_json(not_started_json(run_id, run_dir, end)));
+}
+
 // The caller returns once the run is one `sgpu status` can see: its
 // state.json exists. If the child ends first (it failed to start the run),
 // its console goes to the caller's stderr and its exit code is the caller's.
-void wait_until_listed(pid_t child, const std::string& run_dir) {
+void wait_until_listed(pid_t child, const std::string& run_id, const std::string& run_dir, bool json) {
   auto state = std::filesystem::path(run_dir) / kRunStateFile;
   int watch = ::inotify_init1(IN_CLOEXEC);
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
@@ -54,9 +79,9 @@ void wait_until_listed(pid_t child, const std::string& run_dir) {
     if ((fds[1].revents & POLLIN) && !std::filesystem::exists(state)) {
       int status = 0;
       ::waitpid(child, &status, 0);
-      if (auto console = std::ifstream(std::filesystem::path(run_dir) / kRunConsoleFile)) std::cerr << console.rdbuf();
-      std::cerr.flush();
-      ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      tell_why_not_started(run_id, run_dir, code, json);
+      ::_exit(exit_code_after_output(code));
     }
   }
   ::close(watch);
@@ -99,15 +124,14 @@ void detach_run(const std::string& run_id, const std::string& run_dir, bool json
     errno = n == 1 ? code : EPIPE;
     fail("cannot start the background run");
   }
-  wait_until_listed(child, run_dir);
+  wait_until_listed(child, run_id, run_dir, json);
   if (json)
-    fmt::print("{}\n", nlohmann::ordered_json{{"run_id", run_id}, {"run_dir", run_dir}}.dump(2));
+    output(nlohmann::ordered_json{{"run_id", run_id}, {"run_dir", run_dir}}.dump(2) + "\n");
   else
-    fmt::print("{}\n", run_id);
-  std::fflush(stdout);
+    output(run_id + "\n");
   // Nothing of this process may tear down what the child now owns (the
   // reserved port, the run directory): leave without destructors.
-  ::_exit(0);
+  ::_exit(exit_code_after_output(0));
 }
 
 }  // namespace sgpu::launcher

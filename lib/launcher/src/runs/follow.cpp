@@ -22,6 +22,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 
 namespace sgpu::launcher {
@@ -128,8 +129,7 @@ class LogPrinter {
   // Prints what was appended since the last call; `last` ends a partial final line.
   void pump(bool last) {
     for (auto& s : sources_) read_source(s, last);
-    std::fflush(stdout);
-    std::fflush(stderr);
+    flush();
   }
 
  private:
@@ -219,19 +219,36 @@ class LogPrinter {
     if (options_.json) {
       nlohmann::ordered_json doc = {
           {"rank", s.rank}, {"stream", s.stream == Stream::Out ? "stdout" : "stderr"}, {"line", std::string(line)}};
-      auto text = doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fputc('\n', stdout);
-      return;
+      to(1) += doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+      pending_ += '\n';
+    } else {
+      auto& out = to(s.stream == Stream::Out ? 1 : 2);
+      out += '[';
+      out += s.label;
+      out += "] ";
+      out += line;
+      out += '\n';
     }
-    FILE* out = s.stream == Stream::Out ? stdout : stderr;
-    fmt::print(out, "[{}] ", s.label);
-    std::fwrite(line.data(), 1, line.size(), out);
-    std::fputc('\n', out);
+    if (pending_.size() >= kReadChunk) flush();
+  }
+
+  // Lines are written a chunk at a time, in the order they were read: a
+  // line for the other stream writes what is pending first.
+  std::string& to(int fd) {
+    if (fd != pending_fd_) flush();
+    pending_fd_ = fd;
+    return pending_;
+  }
+
+  void flush() {
+    if (!pending_.empty()) output(pending_, pending_fd_);
+    pending_.clear();
   }
 
   LogOptions options_;
   std::vector<Source> sources_;
+  std::string pending_;  // lines not written yet, all for pending_fd_
+  int pending_fd_ = 1;
 };
 
 // inotify on the run directory, ranks/ and each ranks/<r>/: a new file or
@@ -305,9 +322,16 @@ int print_logs(const RunInfo& run, const LogOptions& options) {
   }
   asio::io_context io(1);
   RunDirWatch dir(io, run.dir);  // watching before the first read: nothing falls in between
-  dir.watch([&] { printer.pump(false); });
+  // A reader that went away (`sgpu logs -f RUN | head`) ends the following:
+  // nothing more can be shown.
+  auto output_lost = [] { return stream_failures().output_errno != 0; };
+  dir.watch([&] {
+    printer.pump(false);
+    if (output_lost()) io.stop();
+  });
   printer.pump(false);
-  wait_exit(io, pidfd, std::nullopt);
+  if (!output_lost()) wait_exit(io, pidfd, std::nullopt);
+  if (output_lost()) return 1;
   printer.pump(true);  // the supervisor wrote everything before it exited
   return run_exit_code(reread(run));
 }

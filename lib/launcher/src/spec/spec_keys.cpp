@@ -2,6 +2,9 @@
 // its table's rows (backends/*/..._keys.cpp). To add a launch option: a
 // field in JobSpec, a row here (its flag is registered from the row), and a
 // README line.
+#include <fmt/format.h>
+
+#include "sgpu/env/error.hpp"
 #include "sgpu/env/rank_list.hpp"
 #include "sgpu/launcher/spec/spec_schema.hpp"
 
@@ -27,6 +30,14 @@ void set_no_python(JobSpec& s, const S& v) {
     s.entrypoint.kind = Kind::Executable;
   else if (s.entrypoint.kind == Kind::Executable)
     s.entrypoint.kind = Kind::Script;
+}
+
+// An empty path would silently mean the default runs directory.
+void set_log_dir(JobSpec& s, const S& v) {
+  if (as_string(v).empty())
+    throw Error(fmt::format("{}: an empty path; give a directory, or leave it out for the default ($SGPU_HOME/runs)",
+                            v.subject()));
+  s.log_dir = as_string(v);
 }
 
 void set_nproc(JobSpec& s, const S& v) {
@@ -185,7 +196,7 @@ std::vector<KeyInfo> make_keys() {
       {.path = "output.log_dir",
        .flags = "--log-dir,--log_dir",
        .help = "parent directory of the run directory",
-       .apply = [](JobSpec& s, const S& v) { s.log_dir = as_string(v); }},
+       .apply = set_log_dir},
       {.path = "output.detach",
        .kind = K::Bool,
        .flags = "--detach",

@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/status.hpp>
 
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/tracking/mlflow.hpp"
 #include "tracking/http_client.hpp"
 #include "tracking/mlflow_api.hpp"
@@ -83,7 +84,7 @@ struct MlflowTracker::Impl {
   void warn(const std::string& what) const {
     auto line = fmt::format("sgpu: warning: mlflow: {} {}\n", server(), what);
     line = mlflow::scrub(mlflow::scrub(std::move(line), config.token), config.password);
-    std::fwrite(line.data(), 1, line.size(), stderr);
+    diagnostic(line);
   }
 
   // Why a call did not do what it should, in words a user can act on; the
@@ -260,7 +261,7 @@ std::optional<TrackedRun> MlflowTracker::await_run() {
   s.params_timer.async_wait([&s](boost::system::error_code ec) {
     if (!ec) s.send_params();
   });
-  fmt::print(stderr, "sgpu: mlflow run {}\n", s.run->url);
+  diagnostic("sgpu: mlflow run {}\n", s.run->url);
   return s.run;
 }
 

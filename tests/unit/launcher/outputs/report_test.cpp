@@ -150,3 +150,42 @@ TEST_CASE("launcher::format_report") {
     CHECK(format_report(rep).rfind("sgpu: warning: /runs/r1/ranks/0/stdout: No space left on device\n", 0) == 0);
   }
 }
+
+TEST_CASE("outputs::escape_controls") {
+  struct Row {
+    std::string in;
+    bool keep_newlines;
+    std::string out;
+  };
+  const Row rows[] = {
+      {"plain text, ünïcödé", false, "plain text, ünïcödé"},
+      {"\x1b]0;title\x07", false, "\\x1b]0;title\\x07"},
+      {"\x1b[2J", true, "\\x1b[2J"},
+      {"a\r\nsgpu: fine", false, "a\\r\\nsgpu: fine"},
+      {"a\r\nsgpu: fine", true, "a\\r\nsgpu: fine"},
+      {"tab\there", false, "tab\\there"},
+      {"tab\there", true, "tab\there"},
+      {"del\x7f", false, "del\\x7f"},
+      {"csi\xc2\x9b"
+       "31m",
+       false, "csi\\u009b31m"},
+      {"nbsp\xc2\xa0", false, "nbsp\xc2\xa0"},
+      {std::string("nul\0x", 5), false, "nul\\x00x"},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.in);
+    CHECK(escape_controls(row.in, row.keep_newlines) == row.out);
+  }
+}
+
+TEST_CASE("outputs::format_report shows an error file's text escaped") {
+  auto rep = failed_run();
+  rep.root_cause->message = "rank 2 failed: \x1b[2J\r\nsgpu: all fine";
+  rep.root_cause->source = "error_file";
+  rep.root_cause->details = "Traceback:\n\x1b]0;pwned\x07";
+  auto text = format_report(rep);
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find('\r') == std::string::npos);
+  CHECK(text.find("\nsgpu: all fine") == std::string::npos);
+  CHECK(text.find("    Traceback:\n    \\x1b]0;pwned\\x07\n") != std::string::npos);
+}

@@ -7,6 +7,7 @@
 
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/outputs/outputs.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
@@ -52,9 +53,9 @@ class LocalBackend : public Backend {
     if (ctx.run_dir_made) ctx.run_dir_made(ctx);
     if (ctx.before_start) ctx.before_start(ctx, plan);
     if (plan.omp_defaulted && ranks_ > 1)
-      fmt::print(stderr,
-                 "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "
-                 "set OMP_NUM_THREADS to tune it\n");
+      diagnostic(
+          "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "
+          "set OMP_NUM_THREADS to tune it\n");
     auto launches_of = [](const LaunchPlan& p) {
       std::vector<RankLaunch> launches;
       for (const auto& r : p.ranks) launches.push_back({r.place.rank, p.executable, p.argv, r.env, p.cwd});

@@ -20,6 +20,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
+#include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/rendezvous/endpoint.hpp"
 #include "sgpu/rendezvous/host_info.hpp"
 
@@ -71,7 +72,7 @@ struct SlurmRun {
 
   SlurmRun(asio::io_context& io_, const SlurmLaunch& launch, SlurmPlan p)
       : io(io_), in(launch), plan(std::move(p)), notice(launch.notice), timer(io_) {
-    if (!notice) notice = [](const std::string& text) { fmt::print(stderr, "sgpu: {}\n", text); };
+    if (!notice) notice = [](const std::string& text) { diagnostic("sgpu: {}\n", text); };
   }
 
   // --- a new allocation ---

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +87,13 @@ std::string headline(const RunReport& report);
 std::string format_rank_table(const RunReport& report, std::size_t max_rows = 32);
 // Everything printed on stderr at the end.
 std::string format_report(const RunReport& report);
+
+// Text a rank wrote (its error file), made safe to show on a terminal: C0
+// controls (ESC, CR, BEL, ...) and DEL become \xNN (\r, \n, \t as such), the C1
+// controls (U+0080-U+009F) \u00NN, so no escape sequence changes the screen or the
+// title and no CR or LF spoofs an "sgpu:" line. `keep_newlines`: a traceback's
+// LF and TAB stay as they are.
+std::string escape_controls(std::string_view text, bool keep_newlines);
 
 // The root cause's one-line message for a rank that failed (pure).
 std::string failure_message(int rank, const std::string& host, int pid, const env::ExitStatus& status);
