@@ -15,6 +15,7 @@
 
 #include "process/spawn.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/process/orphan_reaper.hpp"
 
 namespace sgpu::launcher {
 
@@ -104,7 +105,10 @@ OrphanGuard::OrphanGuard() {
   if (::pipe2(p, O_CLOEXEC) != 0)
     throw Error(fmt::format("cannot create the orphan guard's pipe: {}", std::strerror(errno)), 1);
   guardian_ = spawn_program(p[0]);
-  if (guardian_ < 0) guardian_ = ::fork();  // a copy of sgpu, more memory: only where the program cannot start
+  if (guardian_ < 0) {
+    guardian_ = ::fork();  // a copy of sgpu, more memory: only where the program cannot start
+    if (guardian_ > 0) note_own_child(guardian_);
+  }
   if (guardian_ < 0) {
     int err = errno;
     ::close(p[0]);
@@ -124,6 +128,7 @@ OrphanGuard::~OrphanGuard() {
   if (guardian_ > 0) {
     while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {
     }
+    forget_own_child(guardian_);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "sgpu/launcher/process/supervisor.hpp"
 
+#include "sgpu/launcher/process/adopted_reaper.hpp"
 #include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/launcher/process/orphan_guard.hpp"
@@ -45,6 +46,7 @@ struct Supervisor::State : JobControl::Actions {
 
   OrphanGuard guard;  // first: forked before any pipe or handler exists
   asio::io_context& io;
+  std::optional<AdoptedReaper> reaper;  // from start() to the end of the run
   JobObserver& observer;
   std::function<std::vector<RankLaunch>(int)> relaunch;
   JobControl control;
@@ -257,6 +259,7 @@ struct Supervisor::State : JobControl::Actions {
 
   void finish_run() {
     control.finish();
+    if (reaper) reaper->stop();
     outcome.ended = Clock::now();
     outcome.ranks = outcome.attempts.back().ranks;
     if (on_finished) asio::post(io, [this] { on_finished(outcome); });
@@ -311,6 +314,7 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
   s.open_files = raise_open_files_limit(static_cast<int>(launches.size()));
   s.stdout_pipe = rank_pipe_size(launches.size());
   s.control.watch_signals();
+  s.reaper.emplace(s.io);
   // The timeout and signals act from now on, also while a large job is still starting.
   s.control.start();
   s.start_attempt(launches);

@@ -1,0 +1,93 @@
+"""A hostile environment for sgpu's processes and descriptors: ranks that
+leave thousands of orphans, restarts, a low descriptor limit, a flood of
+connections, refused nodes, escaped daemons after kill -9, stopped ranks."""
+import glob
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import pid_alive
+from multinode import agent, free_port, make_secret_file, static_node, wait_for
+import rdzv_wire as w
+
+
+def proc_children(pid):
+    """The children of `pid` as {pid: state letter}, from /proc."""
+    out = {}
+    for task in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            with open(task) as f:
+                for child in f.read().split():
+                    out[int(child)] = None
+        except FileNotFoundError:
+            pass
+    for child in list(out):
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                out[child] = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            del out[child]
+    return out
+
+
+def cpu_seconds(pid):
+    """utime + stime of `pid` (and its reaped children: none that matter here)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_line(stream, pattern, timeout=60):
+    """Reads `stream` (a text pipe) until a line matches; returns the match."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        seen.append(line)
+        m = re.search(pattern, line)
+        if m:
+            return m
+    raise AssertionError(f"no line matching {pattern!r} in {seen[-20:]}")
+
+
+# --- orphans ------------------------------------------------------------------
+
+ORPHANS = r"""
+import os, sys, time
+for i in range(1500):
+    pid = os.fork()
+    if pid == 0:
+        if os.fork() == 0:
+            os._exit(0)  # the grandchild: adopted by sgpu, dead at once
+        os._exit(0)
+    os.waitpid(pid, 0)
+print("forked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_short_lived_orphans_are_reaped_during_the_run(sgpu, tmp_path):
+    job = tmp_path / "orphans.py"
+    job.write_text(ORPHANS)
+    p = sgpu.popen("launch", "--nproc", 1, "--grace", "2s", job)
+    try:
+        wait_line(p.stdout, r"forked")
+        # 1,500 zombies if nobody reaps them; a few at most in flight.
+        def few_zombies():
+            return sum(1 for state in proc_children(p.pid).values() if state == "Z") < 20
+        wait_for(few_zombies, timeout=15, what="sgpu to reap the rank's exited orphans")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM
+
+
+# --- descriptors ---------------------------------------------------------------
