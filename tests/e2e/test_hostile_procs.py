@@ -91,3 +91,36 @@ def test_short_lived_orphans_are_reaped_during_the_run(sgpu, tmp_path):
 
 
 # --- descriptors ---------------------------------------------------------------
+
+FLAPPING = r"""
+import os, sys, time
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+print(f"attempt {attempt} pid {os.getpid()}", flush=True)
+if attempt < 12:
+    sys.exit(3)
+time.sleep(600)
+"""
+
+
+def pidfds(pid):
+    n = 0
+    for fd in glob.glob(f"/proc/{pid}/fd/*"):
+        try:
+            if os.readlink(fd) == "anon_inode:[pidfd]":
+                n += 1
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def test_each_attempts_pidfds_are_closed_when_it_ends(sgpu, tmp_path):
+    job = tmp_path / "flap.py"
+    job.write_text(FLAPPING)
+    p = sgpu.popen("launch", "--nproc", 4, "--max-restarts", 12, "--restart-backoff", "0.01s", "--grace", "2s", job)
+    try:
+        wait_line(p.stdout, r"attempt 12 pid", timeout=120)
+        # The 13th attempt's four ranks hold one pidfd each; the twelve before hold none.
+        wait_for(lambda: pidfds(p.pid) <= 4, timeout=10, what="the earlier attempts' pidfds to close")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
