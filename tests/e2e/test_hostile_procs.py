@@ -124,3 +124,14 @@ def test_each_attempts_pidfds_are_closed_when_it_ends(sgpu, tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=60)
+
+
+def test_nproc_beyond_the_descriptor_limit_is_refused_before_creating_anything(sgpu, tmp_path):
+    home = tmp_path / "sgpu-home"
+    res = subprocess.run(["prlimit", "--nofile=20000", sgpu.bin, "launch", "--nproc", "4096", "--no-python",
+                          "/bin/true"], env=sgpu.env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    assert "4096 ranks on this node need about" in res.stderr, res.stderr
+    assert "20000" in res.stderr, res.stderr
+    # Refused before anything was created: no run directory, no rank directories.
+    assert not glob.glob(str(home / "runs" / "*" / "ranks" / "*")), os.listdir(home / "runs")
