@@ -135,3 +135,101 @@ def test_nproc_beyond_the_descriptor_limit_is_refused_before_creating_anything(s
     assert "20000" in res.stderr, res.stderr
     # Refused before anything was created: no run directory, no rank directories.
     assert not glob.glob(str(home / "runs" / "*" / "ranks" / "*")), os.listdir(home / "runs")
+
+
+# --- the rendezvous --------------------------------------------------------------
+
+@pytest.fixture
+def waiting_node0(sgpu, tmp_path):
+    """Node 0 of a two-node static run, waiting for its second node, under a
+    low descriptor limit."""
+    port = free_port()
+    secret = make_secret_file(tmp_path / "secret")
+    args = ["launch", "--nnodes", 2, "--node-rank", 0, "--rdzv-endpoint", f"127.0.0.1:{port}",
+            "--rdzv-secret-file", secret, "--heartbeat-timeout", "30s", "--join-timeout", "60s",
+            "--nproc", 1, "--no-python", "/bin/true"]
+    p = subprocess.Popen(["prlimit", "--nofile=64", sgpu.bin, *map(str, args)], env=sgpu.env, cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: _listening(port), timeout=30, what="node 0 to listen")
+    yield p, port, secret
+    if p.poll() is None:
+        p.kill()
+        p.communicate()
+
+
+def _listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_a_connection_flood_past_the_descriptor_limit_does_not_spin(sgpu, waiting_node0):
+    p, port, _ = waiting_node0
+    socks = []
+    try:
+        # More connections than node 0 has descriptors: accept fails with EMFILE.
+        for _ in range(200):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        before = cpu_seconds(p.pid)
+        t0 = time.monotonic()
+        wait_for(lambda: time.monotonic() - t0 > 2, timeout=5, what="two seconds of the flood")
+        used = cpu_seconds(p.pid) - before
+        # Spinning on EMFILE took a whole core (2 s); waiting takes almost nothing.
+        assert used < 0.3, used
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wrong_secret_peer(port):
+    with w.connect(port) as s:
+        cn = w.nonce()
+        s.sendall(w.client_hello(cn))
+        kind, payload = w.read_frame(s)
+        assert kind == w.SERVER_HELLO
+        server_nonce = payload[10:42]
+        s.sendall(w.frame(w.AUTH, w.client_proof("not-the-secret" * 4, server_nonce, cn)))
+        w.read_until_closed(s, timeout=10)
+
+
+def test_a_refused_node_is_named_in_the_join_timeout_error(sgpu, tmp_path):
+    port = free_port()
+    secret = make_secret_file(tmp_path / "secret")
+    p = static_node(sgpu, 2, 0, f"127.0.0.1:{port}", secret, "--join-timeout", "3s", "--nproc", 1, "--no-python",
+                    "/bin/true")
+    try:
+        wait_for(lambda: _listening(port), timeout=30, what="node 0 to listen")
+        for _ in range(5):
+            wrong_secret_peer(port)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, err
+    error = err[err.index("sgpu: error:"):]
+    assert "the rendezvous timed out after 3s" in error, err
+    assert "from 127.0.0.1: it does not know the run's secret (5 times)" in error, error
+    # Each refusal is not a line of its own: the first, then a count.
+    assert err.count("it does not know the run's secret") <= 3, err
+
+
+def test_refused_unauthenticated_peers_print_one_line_then_a_count(sgpu, tmp_path):
+    port = free_port()
+    secret = make_secret_file(tmp_path / "secret")
+    p = static_node(sgpu, 2, 0, f"127.0.0.1:{port}", secret, "--nproc", 1, "--no-python", "/bin/true")
+    try:
+        wait_for(lambda: _listening(port), timeout=30, what="node 0 to listen")
+        for _ in range(20):
+            wrong_secret_peer(port)
+        a = agent(sgpu, f"127.0.0.1:{port}", secret, "--node-name", "good")
+        out, err = p.communicate(timeout=60)
+        a.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    refusals = [line for line in err.splitlines() if "refused rendezvous peer" in line]
+    assert len(refusals) == 1, err
+    assert re.search(r"19 more rendezvous peers? (were )?refused", err), err
