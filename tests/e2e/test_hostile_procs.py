@@ -233,3 +233,16 @@ def test_refused_unauthenticated_peers_print_one_line_then_a_count(sgpu, tmp_pat
     refusals = [line for line in err.splitlines() if "refused rendezvous peer" in line]
     assert len(refusals) == 1, err
     assert re.search(r"19 more rendezvous peers? (were )?refused", err), err
+
+
+def test_two_nodes_with_one_hostname_are_told_apart(sgpu, tmp_path):
+    port = free_port()
+    secret = make_secret_file(tmp_path / "secret")
+    prog = ["--nproc", 1, "--no-python", "sh", "-c", 'echo "rank $RANK"']
+    n0 = static_node(sgpu, 2, 0, f"127.0.0.1:{port}", secret, *prog)
+    n1 = static_node(sgpu, 2, 1, f"127.0.0.1:{port}", secret, *prog)
+    o0, e0 = n0.communicate(timeout=60)
+    o1, e1 = n1.communicate(timeout=60)
+    assert n0.returncode == 0 and n1.returncode == 0, (e0, e1)
+    host = socket.gethostname()
+    assert sorted(o0.splitlines()) == [f"[{host}#0:0] rank 0", f"[{host}#1:1] rank 1"], o0

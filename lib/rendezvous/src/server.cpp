@@ -396,6 +396,10 @@ struct RendezvousServer::Impl {
       joined[i]->node_rank = ranks[i];
       nodes[ranks[i]] = joined[i];
     }
+    std::vector<std::string> names;
+    for (const auto* n : nodes) names.push_back(n->join.name);
+    names = distinct_node_names(names);
+    for (std::size_t r = 0; r < nodes.size(); ++r) nodes[r]->join.name = names[r];
     std::vector<std::uint32_t> local;
     for (const auto* n : nodes) local.push_back(n->join.local_ranks);
     auto bases = rank_bases(local);
