@@ -235,6 +235,39 @@ def test_refused_unauthenticated_peers_print_one_line_then_a_count(sgpu, tmp_pat
     assert re.search(r"19 more rendezvous peers? (were )?refused", err), err
 
 
+STOPPED = r"""
+import os, signal, sys, time
+out = sys.argv[1]
+with open(out + ".tmp", "w") as f:
+    f.write(f"{os.getpid()}\n")
+os.rename(out + ".tmp", out)
+time.sleep(600)
+"""
+
+
+def test_a_stopped_rank_is_terminated_without_waiting_the_grace(sgpu, tmp_path):
+    job = tmp_path / "stopped.py"
+    job.write_text(STOPPED)
+    pidfile = tmp_path / "rank.pid"
+    p = sgpu.popen("launch", "--nproc", 1, "--grace", "60s", job, pidfile)
+    try:
+        wait_for(pidfile.exists, timeout=60, what="the rank's pid")
+        rank = int(pidfile.read_text())
+        os.kill(rank, signal.SIGSTOP)
+        wait_for(lambda: open(f"/proc/{rank}/stat").read().rsplit(")", 1)[1].split()[0] == "T", timeout=10,
+                 what="the rank to stop")
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=90)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert took < 10, took
+    assert "SIGKILL" not in err, err
+
+
 def test_two_nodes_with_one_hostname_are_told_apart(sgpu, tmp_path):
     port = free_port()
     secret = make_secret_file(tmp_path / "secret")

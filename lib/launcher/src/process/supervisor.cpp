@@ -109,12 +109,18 @@ struct Supervisor::State : JobControl::Actions {
   }
 
   // JobControl::Actions: this node's ranks, by process group.
-  void signal_job(int sig) override {
+  void signal_ranks(int sig) {
     for (auto& r : ranks)
       if (!r->record.status) r->process->signal_group(sig);
   }
-  void kill_job() override { signal_job(SIGKILL); }
-  void forward_signal(int sig) override { signal_job(sig); }
+  // A stopped rank (SIGSTOP, a debugger's ^Z) acts on its SIGTERM only once
+  // continued: without SIGCONT it would cost the whole grace.
+  void signal_job(int sig) override {
+    signal_ranks(sig);
+    if (sig != SIGKILL) signal_ranks(SIGCONT);
+  }
+  void kill_job() override { signal_ranks(SIGKILL); }
+  void forward_signal(int sig) override { signal_ranks(sig); }
   void on_stopping(const env::JobEnd& cause) override {
     outcome.end = cause;
     observer.on_teardown(cause);
