@@ -235,6 +235,54 @@ def test_refused_unauthenticated_peers_print_one_line_then_a_count(sgpu, tmp_pat
     assert re.search(r"19 more rendezvous peers? (were )?refused", err), err
 
 
+# --- kill -9 and stopped ranks ------------------------------------------------------
+
+ESCAPEE = r"""
+import os, subprocess, sys, time
+out = sys.argv[1]
+# A daemon that leaves the rank's group and session, its parent alive...
+d = subprocess.Popen(["setsid", "sleep", "600"])
+# ...and one double-forked: its parent gone, adopted by sgpu.
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    pid = os.fork()
+    if pid == 0:
+        os.execvp("sleep", ["sleep", "601"])
+    os.write(w, str(pid).encode())
+    os._exit(0)
+os.close(w)
+adopted = int(os.read(r, 32))
+with open(out + ".tmp", "w") as f:
+    f.write(f"{d.pid} {adopted}\n")
+os.rename(out + ".tmp", out)
+time.sleep(600)
+"""
+
+
+def test_setsid_escapees_die_with_a_killed_sgpu(sgpu, tmp_path):
+    job = tmp_path / "escape.py"
+    job.write_text(ESCAPEE)
+    pidfile = tmp_path / "daemon.pid"
+    p = sgpu.popen("launch", "--nproc", 1, job, pidfile)
+    try:
+        wait_for(pidfile.exists, timeout=60, what="the daemons' pids")
+        daemons = [int(x) for x in pidfile.read_text().split()]
+        assert all(pid_alive(d) for d in daemons)
+        p.kill()
+        p.communicate(timeout=30)
+        wait_for(lambda: not any(pid_alive(d) for d in daemons), timeout=10,
+                 what="the escaped daemons to die with sgpu")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for d in (pidfile.read_text().split() if pidfile.exists() else []):
+            try:
+                os.kill(int(d), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 STOPPED = r"""
 import os, signal, sys, time
 out = sys.argv[1]

@@ -325,6 +325,18 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
   s.on_finished = std::move(on_finished);
   s.outcome.started = Clock::now();
   s.open_files = raise_open_files_limit(static_cast<int>(launches.size()));
+  // Every process of the run inherits these: after a kill -9 of sgpu, the
+  // guard finds what escaped the ranks' groups by them. Never GROUP_RANK
+  // alone, which other jobs' processes have too.
+  if (!launches.empty()) {
+    const auto& env = launches.front().env;
+    auto run_id = env.find("SGPU_RUN_ID");
+    auto node = env.find("GROUP_RANK");
+    if (run_id != env.end() && !run_id->second.empty()) {
+      s.guard.mark("SGPU_RUN_ID=" + run_id->second);
+      if (node != env.end()) s.guard.mark("GROUP_RANK=" + node->second);
+    }
+  }
   s.stdout_pipe = rank_pipe_size(launches.size());
   s.control.watch_signals();
   s.reaper.emplace(s.io);

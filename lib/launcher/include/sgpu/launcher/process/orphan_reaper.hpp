@@ -18,8 +18,9 @@
 // own session (what Boost.Process starts: ssh, srun, salloc) are left to
 // their owners.
 //
-// The limit: a SIGKILLed sgpu cannot do this, so its adopted orphans move on
-// to init (the ranks' own process groups are still killed by OrphanGuard).
+// A SIGKILLed sgpu cannot do this, and its adopted orphans move on to init;
+// OrphanGuard then kills the ranks' groups, and every process that carries
+// the run's markers in its environment (orphan_guard.hpp).
 // An ssh ControlPersist master (its title ends in " [mux]") is left alone:
 // it is meant to outlast the run and serve the next one.
 #include <sys/types.h>
