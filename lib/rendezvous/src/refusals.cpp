@@ -59,8 +59,7 @@ std::string RefusalLog::take_unsaid() {
 std::string RefusalLog::describe() const {
   if (total_ == 0) return "";
   return fmt::format("{} {} refused ({}): {}", total_, total_ == 1 ? "peer was" : "peers were",
-                     "a node with another secret or sgpu version is refused, and never ends the wait",
-                     list(true));
+                     "a node with another secret or sgpu version is refused, and never ends the wait", list(true));
 }
 
 }  // namespace sgpu::rendezvous
