@@ -2,6 +2,7 @@
 leave thousands of orphans, restarts, a low descriptor limit, a flood of
 connections, refused nodes, escaped daemons after kill -9, stopped ranks."""
 import glob
+import json
 import os
 import re
 import signal
@@ -327,3 +328,31 @@ def test_two_nodes_with_one_hostname_are_told_apart(sgpu, tmp_path):
     assert n0.returncode == 0 and n1.returncode == 0, (e0, e1)
     host = socket.gethostname()
     assert sorted(o0.splitlines()) == [f"[{host}#0:0] rank 0", f"[{host}#1:1] rank 1"], o0
+
+
+def test_a_rank_that_exited_on_its_own_is_not_called_terminated_by_sgpu(sgpu, tmp_path):
+    for r in range(2):
+        os.mkfifo(tmp_path / f"go-{r}")
+    # Each rank fails by itself, with a code of its own, once told to.
+    p = sgpu.popen("launch", "--nproc", 2, "-o", "json", "--no-python", "sh", "-c",
+                   f'read x < {tmp_path}/go-$RANK; exit $((3 + RANK))')
+    try:
+        wait_for(lambda: len(proc_children(p.pid)) >= 3, timeout=30, what="both ranks and the guard")
+        # sgpu sees the exits only once both happened: the first starts the
+        # teardown, and the second had ended before it.
+        os.kill(p.pid, signal.SIGSTOP)
+        for r in range(2):
+            with open(tmp_path / f"go-{r}", "w"):  # returns once rank r reads it
+                pass
+        wait_for(lambda: sum(1 for s in proc_children(p.pid).values() if s == "Z") >= 2, timeout=30,
+                 what="both ranks to exit")
+        os.kill(p.pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+    doc = json.loads(out)
+    assert sorted(r["exit_code"] for r in doc["ranks"]) == [3, 4], doc["ranks"]
+    assert [r["verdict"] for r in doc["ranks"]] == ["failed", "failed"], doc["ranks"]
+    assert "terminated by sgpu" not in err, err

@@ -1,7 +1,9 @@
 #include "sgpu/launcher/process/rank_process.hpp"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <cerrno>
 #include <csignal>
 #include <system_error>
 
@@ -90,6 +92,13 @@ RankProcess::~RankProcess() {
 
 void RankProcess::signal_group(int sig) const {
   if (pid_ > 0) ::kill(-pid_, sig);
+}
+
+bool RankProcess::exited() const {
+  if (pid_ <= 0) return true;
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return errno == ECHILD;
+  return info.si_pid == pid_;  // a peek: the status stays for the pidfd wait
 }
 
 void RankProcess::async_wait(std::function<void(int)> on_exit) {

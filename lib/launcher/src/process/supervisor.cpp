@@ -42,6 +42,7 @@ struct Supervisor::State : JobControl::Actions {
     std::unique_ptr<RankProcess> process;
     RankRecord record;
     std::array<bool, 2> open{false, false};
+    bool ended_first = false;  // it had exited when the teardown's signal went out: not sgpu's doing
   };
 
   OrphanGuard guard;  // first: forked before any pipe or handler exists
@@ -116,6 +117,8 @@ struct Supervisor::State : JobControl::Actions {
   // A stopped rank (SIGSTOP, a debugger's ^Z) acts on its SIGTERM only once
   // continued: without SIGCONT it would cost the whole grace.
   void signal_job(int sig) override {
+    for (auto& r : ranks)
+      if (!r->record.status && r->process->exited()) r->ended_first = true;
     signal_ranks(sig);
     if (sig != SIGKILL) signal_ranks(SIGCONT);
   }
@@ -183,7 +186,7 @@ struct Supervisor::State : JobControl::Actions {
     r.process->signal_group(SIGKILL);
     guard.forget(r.record.pid);
     bool was_stopping = control.stopping();
-    r.record.terminated_by_sgpu = !r.record.status->success() && was_stopping;
+    r.record.terminated_by_sgpu = !r.record.status->success() && was_stopping && !r.ended_first;
     observer.on_rank_exited(r.record.rank, *r.record.status, r.record.terminated_by_sgpu);
     control.rank_exited(r.record.rank, *r.record.status);
     if (running == 0) {
