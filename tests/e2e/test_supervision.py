@@ -209,7 +209,7 @@ def test_too_low_a_hard_limit_is_a_clear_error(sgpu):
     p = subprocess.run([sgpu.bin, "launch", "--nproc", "500", "--no-python", "true"], env=sgpu.env, cwd=sgpu.cwd,
                        capture_output=True, text=True, timeout=60, preexec_fn=soft_open_files(256, 256))
     assert p.returncode == 2, p.stderr
-    assert "500 ranks on this node need about 3064 open files, but the hard limit (ulimit -Hn) is 256" in p.stderr
+    assert "500 ranks on this node need about 2564 open files, but the hard limit (ulimit -Hn) is 256" in p.stderr
 
 
 def test_ctrl_c_during_a_large_start_acts_at_once(sgpu):

@@ -71,6 +71,13 @@ std::string choose_master_addr(const MasterAddrInputs& in) {
   return "127.0.0.1";
 }
 
+std::vector<std::string> distinct_node_names(const std::vector<std::string>& names) {
+  std::vector<std::string> out = names;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (std::count(names.begin(), names.end(), names[i]) > 1) out[i] = fmt::format("{}#{}", names[i], i);
+  return out;
+}
+
 std::string describe_missing(const std::vector<Join>& joined, std::uint32_t nnodes,
                              const std::vector<std::string>& expected_names) {
   std::vector<std::string> present;

@@ -65,31 +65,70 @@ int probe_bind(int port, bool reuse_addr) {
   return err;
 }
 
-// The shared lock directory, world-writable and sticky like /tmp itself, so
-// that every user's sgpu coordinates through it. False when unusable.
-bool ensure_lock_dir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 01777) == 0) {
-    ::chmod(dir.c_str(), 01777);  // not narrowed by the umask
-    return true;
-  }
+// Whether sgpu may trust the lock directory it opened: a real directory (the
+// open refused a symlink), and nobody but its owner, root or a sticky bit's
+// rules can swap the files in it; owned by this user or root, or shared the
+// way every sgpu makes it (world-writable and sticky, like /tmp).
+bool trusted_lock_dir(const struct stat& st, bool private_only) {
+  if (!S_ISDIR(st.st_mode)) return false;
+  bool owner_ok = st.st_uid == ::geteuid() || (!private_only && st.st_uid == 0);
+  bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  bool sticky = (st.st_mode & S_ISVTX) != 0;
+  if (private_only) return owner_ok && !others_write;
+  return (owner_ok && (!others_write || sticky)) || (sticky && (st.st_mode & S_IWOTH) != 0);
+}
+
+// Opens `dir` (made if missing, with `mode`) as a directory descriptor, or
+// -1 when it is missing and cannot be made, a symlink, or not trusted.
+int open_lock_dir(const std::string& dir, mode_t mode, bool private_only) {
+  if (::mkdir(dir.c_str(), mode) == 0) ::chmod(dir.c_str(), mode);  // not narrowed by the umask
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
   struct stat st {};
-  return errno == EEXIST && ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (::fstat(fd, &st) != 0 || !trusted_lock_dir(st, private_only)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The shared lock directory, world-writable and sticky like /tmp itself, so
+// that every user's sgpu coordinates through it; when another user made
+// something else of that path (a symlink, a directory they can empty), this
+// user's own beside it. -1 when neither is usable: the probe alone decides.
+int lock_dir_fd(const std::string& dir) {
+  int fd = open_lock_dir(dir, 01777, false);
+  if (fd < 0) fd = open_lock_dir(fmt::format("{}-{}", dir, ::geteuid()), 0700, true);
+  return fd;
 }
 
 enum class Lock { Taken, Busy, Unusable };
 
 // An exclusive, non-blocking flock on dir/<port>: Busy while another sgpu
-// holds that port. Lock files stay behind on purpose: deleting one would race
-// with a process that has it open.
-Lock lock_port(const std::string& dir, int port, int& fd) {
-  auto path = fmt::format("{}/{}", dir, port);
-  fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0444);
-  if (fd < 0) return Lock::Unusable;
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return Lock::Taken;
-  int err = errno;
-  ::close(fd);
-  fd = -1;
-  return err == EWOULDBLOCK ? Lock::Busy : Lock::Unusable;
+// holds that port. The holder deletes the file when it lets go, so the
+// directory does not fill up; a lock taken on a file that was deleted (or
+// replaced) meanwhile is worthless, so the file must still be the one at
+// the path once locked.
+Lock lock_port(int dir, int port, int& fd) {
+  auto name = std::to_string(port);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    fd = ::openat(dir, name.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0444);
+    if (fd < 0) return Lock::Unusable;
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      ::close(fd);
+      fd = -1;
+      return err == EWOULDBLOCK ? Lock::Busy : Lock::Unusable;
+    }
+    struct stat held {};
+    struct stat now {};
+    if (::fstat(fd, &held) == 0 && ::fstatat(dir, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+        held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+      return Lock::Taken;
+    ::close(fd);  // its holder deleted it as we locked it: try the new one
+    fd = -1;
+  }
+  return Lock::Busy;
 }
 }  // namespace
 
@@ -109,19 +148,21 @@ PortRange parse_port_range(const std::string& text) {
 }
 
 PortReservation::PortReservation(int port, const std::string& lock_dir) {
-  bool locks = ensure_lock_dir(lock_dir);
+  dir_fd_ = lock_dir_fd(lock_dir);
+  bool locks = dir_fd_ >= 0;
   if (port != 0) {
     // The user's port: only other sgpu jobs and current users of it are refused.
     // SO_REUSEADDR on the probe, as the user's own server (TCPStore) is likely to
     // set it, so a previous run's TIME_WAIT does not count as in use.
-    if (locks && lock_port(lock_dir, port, lock_fd_) == Lock::Busy)
+    if (locks && lock_port(dir_fd_, port, lock_fd_) == Lock::Busy) {
+      release();
       throw Error(
           fmt::format("--master-port {}: another sgpu job on this node uses the port; omit --master-port "
                       "and sgpu picks a free one",
                       port));
+    }
     if (int err = probe_bind(port, true)) {
-      if (lock_fd_ >= 0) ::close(lock_fd_);
-      lock_fd_ = -1;
+      release();
       throw Error(
           fmt::format("--master-port {}: the port is in use on this node ({}); omit --master-port "
                       "and sgpu picks a free one",
@@ -139,7 +180,7 @@ PortReservation::PortReservation(int port, const std::string& lock_dir) {
     int candidate = range.first + (offset + i) % count;
     int fd = -1;
     if (locks) {
-      auto lock = lock_port(lock_dir, candidate, fd);
+      auto lock = lock_port(dir_fd_, candidate, fd);
       if (lock == Lock::Busy) continue;
       // A lock file another user made unreadable: without its lock, the probe alone decides.
     }
@@ -148,25 +189,38 @@ PortReservation::PortReservation(int port, const std::string& lock_dir) {
       port_ = candidate;
       return;
     }
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) {
+      ::unlinkat(dir_fd_, std::to_string(candidate).c_str(), 0);  // still holding its lock
+      ::close(fd);
+    }
   }
+  release();
   throw Error(fmt::format("cannot reserve a free MASTER_PORT: every port in {}-{} (outside the kernel's ephemeral "
                           "range) is in use; pass --master-port",
                           range.first, range.last),
               1);
 }
 
-PortReservation::~PortReservation() {
+PortReservation::~PortReservation() { release(); }
+
+void PortReservation::release() {
+  // Deleted while locked (whoever opened it meanwhile sees that it is gone),
+  // then let go. Another user's file in the shared directory stays.
+  if (lock_fd_ >= 0 && dir_fd_ >= 0) ::unlinkat(dir_fd_, std::to_string(port_).c_str(), 0);
   if (lock_fd_ >= 0) ::close(lock_fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+  lock_fd_ = -1;
+  dir_fd_ = -1;
 }
 
 PortReservation::PortReservation(PortReservation&& other) noexcept
-    : lock_fd_(std::exchange(other.lock_fd_, -1)), port_(other.port_) {}
+    : lock_fd_(std::exchange(other.lock_fd_, -1)), dir_fd_(std::exchange(other.dir_fd_, -1)), port_(other.port_) {}
 
 PortReservation& PortReservation::operator=(PortReservation&& other) noexcept {
   if (this != &other) {
-    if (lock_fd_ >= 0) ::close(lock_fd_);
+    release();
     lock_fd_ = std::exchange(other.lock_fd_, -1);
+    dir_fd_ = std::exchange(other.dir_fd_, -1);
     port_ = other.port_;
   }
   return *this;

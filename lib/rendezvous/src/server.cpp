@@ -13,6 +13,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/rendezvous/assignment.hpp"
 #include "sgpu/rendezvous/framed_socket.hpp"
+#include "sgpu/rendezvous/refusals.hpp"
 
 namespace sgpu::rendezvous {
 namespace asio = boost::asio;
@@ -21,6 +22,14 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 constexpr auto kLinger = std::chrono::seconds(2);
+// accept() failing for want of descriptors or memory would fail again at once
+// (the peer stays queued): wait this long before the next try.
+constexpr auto kAcceptPause = std::chrono::milliseconds(200);
+
+bool out_of_resources(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space || ec == asio::error::no_memory ||
+         ec.value() == ENFILE;
+}
 
 std::string seconds_text(std::chrono::milliseconds d) {
   return env::format_duration(std::chrono::duration_cast<env::Seconds>(d));
@@ -59,6 +68,9 @@ struct RendezvousServer::Impl {
   tcp::acceptor acceptor;
   asio::steady_timer join_timer;
   asio::steady_timer heartbeat_timer;
+  asio::steady_timer accept_pause;
+  bool accept_paused_said = false;                        // once per stretch of failed accepts
+  RefusalLog refusals;                                    // peers refused before they authenticated
   std::shared_ptr<int> token = std::make_shared<int>(0);  // handlers check it is still alive
   std::unordered_map<std::uint64_t, std::unique_ptr<Peer>> peers;
   std::vector<Peer*> joined;       // arrival order, until assignment
@@ -77,7 +89,8 @@ struct RendezvousServer::Impl {
         handler(h),
         acceptor(io_),
         join_timer(io_),
-        heartbeat_timer(io_) {
+        heartbeat_timer(io_),
+        accept_pause(io_) {
     bound_port = listen_on(acceptor, bind);
   }
 
@@ -96,16 +109,50 @@ struct RendezvousServer::Impl {
   void accept() {
     acceptor.async_accept([this, g = guard()](boost::system::error_code ec, tcp::socket socket) {
       if (g.expired() || phase == Phase::Stopped || phase == Phase::Finishing) return;
-      if (!ec) on_accept(std::move(socket));
-      if (ec != asio::error::operation_aborted) accept();
+      if (ec == asio::error::operation_aborted) return;
+      if (out_of_resources(ec)) {
+        pause_accepting(ec);
+        return;
+      }
+      if (!ec) {
+        accept_paused_said = false;
+        on_accept(std::move(socket));
+      }
+      accept();
     });
+  }
+
+  // Out of descriptors (a flood, or many nodes against a low limit): retrying
+  // at once spun a core. The peers wait in the listen queue meanwhile, and
+  // descriptors come back as unauthenticated ones time out.
+  void pause_accepting(const boost::system::error_code& ec) {
+    if (!std::exchange(accept_paused_said, true))
+      handler.on_notice(fmt::format("cannot accept rendezvous connections for now: {}; retrying every {}ms",
+                                    ec.message(), kAcceptPause.count()));
+    accept_pause.expires_after(kAcceptPause);
+    accept_pause.async_wait([this, g = guard()](boost::system::error_code e) {
+      if (e || g.expired() || phase == Phase::Stopped || phase == Phase::Finishing) return;
+      accept();
+    });
+  }
+
+  // What a peer that has not authenticated caused: one line per reason, then
+  // counted (RefusalLog); an authenticated one's always.
+  void notice(const Peer& p, const std::string& reason, const std::string& text) {
+    if (p.authenticated() || refusals.add(p.socket->peer_address(), reason)) handler.on_notice(text);
+  }
+
+  void say_unsaid_refusals() {
+    auto line = refusals.take_unsaid();
+    if (!line.empty()) handler.on_notice(line);
   }
 
   void on_accept(tcp::socket socket) {
     auto fs = std::make_shared<FramedSocket>(std::move(socket), kMaxHelloPayload);
     if (unauthenticated >= options.max_unauthenticated) {
-      handler.on_notice(fmt::format("refused rendezvous peer {}: {} connections are already waiting to authenticate",
-                                    fs->peer(), unauthenticated));
+      if (refusals.add(fs->peer_address(), "too many connections waiting to authenticate"))
+        handler.on_notice(fmt::format("refused rendezvous peer {}: {} connections are already waiting to authenticate",
+                                      fs->peer(), unauthenticated));
       fs->close();
       return;
     }
@@ -140,8 +187,9 @@ struct RendezvousServer::Impl {
         return;
       }
       if (!peer.authenticated()) {
-        drop(peer, fmt::format("refused rendezvous peer {}: no authenticated hello within {}", peer.socket->peer(),
-                               seconds_text(options.heartbeat_timeout)));
+        auto reason = fmt::format("no authenticated hello within {}", seconds_text(options.heartbeat_timeout));
+        notice(peer, reason, fmt::format("refused rendezvous peer {}: {}", peer.socket->peer(), reason));
+        erase(peer);
         return;
       }
       lost(peer, fmt::format("no message for {} (--heartbeat-timeout)", seconds_text(options.heartbeat_timeout)));
@@ -167,8 +215,14 @@ struct RendezvousServer::Impl {
   }
 
   // A peer refused before it took part: log, tell it why if it can read us, close.
-  void refuse(Peer& p, const std::string& notice, const std::string& reason) {
-    handler.on_notice(notice);
+  // `why`: the notice's reason, without the peer.
+  void refuse(Peer& p, const std::string& why, const std::string& reason) {
+    notice(p, why, fmt::format("refused rendezvous peer {}: {}", p.socket->peer(), why));
+    refuse_quietly(p, reason);
+  }
+
+  // Tells the peer why if it can read us, and closes.
+  void refuse_quietly(Peer& p, const std::string& reason) {
     p.socket->send(Reject{kProtocolVersion, reason});
     p.socket->close_after_flush(std::chrono::milliseconds(200));
     if (!p.authenticated()) --unauthenticated;
@@ -195,9 +249,12 @@ struct RendezvousServer::Impl {
   void lost(Peer& p, const std::string& why) {
     switch (p.state) {
       case State::Hello:
-      case State::Auth:
-        drop(p, fmt::format("rendezvous peer {} went away before authenticating: {}", p.socket->peer(), why));
+      case State::Auth: {
+        auto reason = fmt::format("went away before authenticating ({})", why);
+        notice(p, reason, fmt::format("rendezvous peer {} went away before authenticating: {}", p.socket->peer(), why));
+        erase(p);
         return;
+      }
       case State::Join:
         drop(p, fmt::format("rendezvous peer {} went away before joining: {}", p.socket->peer(), why));
         return;
@@ -269,9 +326,7 @@ struct RendezvousServer::Impl {
     const auto* hello = std::get_if<ClientHello>(&m);
     if (hello == nullptr) unexpected(m, "before the hello");
     if (hello->version != kProtocolVersion) {
-      refuse(p,
-             fmt::format("refused rendezvous peer {}: it speaks protocol version {}, this launcher speaks {}",
-                         p.socket->peer(), hello->version, kProtocolVersion),
+      refuse(p, fmt::format("it speaks protocol version {}, this launcher speaks {}", hello->version, kProtocolVersion),
              fmt::format("this launcher speaks rendezvous protocol version {}, the agent {}: run the same sgpu "
                          "version on every node",
                          kProtocolVersion, hello->version));
@@ -287,12 +342,12 @@ struct RendezvousServer::Impl {
     const auto* auth = std::get_if<Auth>(&m);
     if (auth == nullptr) unexpected(m, "before authentication");
     if (!proof_matches(client_proof(secret, p.server_nonce, p.client_nonce), auth->proof)) {
-      refuse(p, fmt::format("refused rendezvous peer {}: it does not know the run's secret", p.socket->peer()),
+      refuse(p, "it does not know the run's secret",
              "authentication failed: this agent does not have the run's secret");
       return;
     }
     if (phase != Phase::Joining) {
-      refuse(p, fmt::format("refused rendezvous peer {}: the rendezvous is already complete", p.socket->peer()),
+      refuse(p, "the rendezvous is already complete",
              "the rendezvous is already complete: every node of this run has joined");
       return;
     }
@@ -317,7 +372,8 @@ struct RendezvousServer::Impl {
     auto check = check_join(joined_joins, *join, options.nnodes);
     switch (check.kind) {
       case JoinCheck::Kind::Refuse:
-        refuse(p, fmt::format("refused node {} ({}): {}", join->name, p.socket->peer(), check.message), check.message);
+        handler.on_notice(fmt::format("refused node {} ({}): {}", join->name, p.socket->peer(), check.message));
+        refuse_quietly(p, check.message);
         return;
       case JoinCheck::Kind::Conflict:
         fail(check.message, kExitUsage);
@@ -340,6 +396,10 @@ struct RendezvousServer::Impl {
       joined[i]->node_rank = ranks[i];
       nodes[ranks[i]] = joined[i];
     }
+    std::vector<std::string> names;
+    for (const auto* n : nodes) names.push_back(n->join.name);
+    names = distinct_node_names(names);
+    for (std::size_t r = 0; r < nodes.size(); ++r) nodes[r]->join.name = names[r];
     std::vector<std::uint32_t> local;
     for (const auto* n : nodes) local.push_back(n->join.local_ranks);
     auto bases = rank_bases(local);
@@ -409,7 +469,9 @@ struct RendezvousServer::Impl {
     phase = Phase::Running;
     boost::system::error_code ignored;
     acceptor.close(ignored);  // the run has its nodes: later peers are turned away by the kernel
+    accept_pause.cancel();
     join_timer.cancel();
+    say_unsaid_refusals();
     std::vector<NodeInfo> infos;
     infos.reserve(nodes.size());
     for (auto* n : nodes) {
@@ -442,16 +504,19 @@ struct RendezvousServer::Impl {
   }
 
   void on_join_timeout() {
+    auto refused = refusals.describe();
+    if (!refused.empty()) refused = "; " + refused;
+    refusals.take_unsaid();  // the error says them all
     if (phase == Phase::Joining) {
-      fail(fmt::format("the rendezvous timed out after {} (--join-timeout): {}", seconds_text(options.join_timeout),
-                       describe_missing(joined_joins, options.nnodes, options.expected_names)),
+      fail(fmt::format("the rendezvous timed out after {} (--join-timeout): {}{}", seconds_text(options.join_timeout),
+                       describe_missing(joined_joins, options.nnodes, options.expected_names), refused),
            1);
     } else if (phase == Phase::Preparing) {
       std::vector<std::string> slow;
       for (const auto* n : nodes)
         if (n->state != State::Ready) slow.push_back(fmt::format("{} (node rank {})", n->join.name, n->node_rank));
-      fail(fmt::format("the rendezvous timed out after {} (--join-timeout): every node joined but {} never got ready",
-                       seconds_text(options.join_timeout), fmt::join(slow, ", ")),
+      fail(fmt::format("the rendezvous timed out after {} (--join-timeout): every node joined but {} never got ready{}",
+                       seconds_text(options.join_timeout), fmt::join(slow, ", "), refused),
            1);
     }
   }
@@ -459,6 +524,8 @@ struct RendezvousServer::Impl {
   void close_all(const Message* last) {
     boost::system::error_code ignored;
     acceptor.close(ignored);
+    accept_pause.cancel();
+    say_unsaid_refusals();
     join_timer.cancel();
     heartbeat_timer.cancel();
     for (auto& [id, p] : peers) {

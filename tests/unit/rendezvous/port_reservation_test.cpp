@@ -75,4 +75,37 @@ TEST_CASE("rendezvous::PortReservation") {
     { port = PortReservation(0, dir.path.string()).port(); }
     CHECK(PortReservation(port, dir.path.string()).port() == port);
   }
+  SUBCASE("its lock file goes with it: the directory does not fill up") {
+    { PortReservation held(0, dir.path.string()); }
+    CHECK(std::filesystem::is_empty(dir.path));
+  }
+}
+
+TEST_CASE("rendezvous::PortReservation in a lock directory it cannot trust") {
+  namespace fs = std::filesystem;
+  LockDir dir;
+  fs::create_directories(dir.path);
+  auto shared = dir.path / "sgpu-ports";
+  auto own = fs::path(shared.string() + "-" + std::to_string(::geteuid()));
+  SUBCASE("a symlink at the path is not followed") {
+    auto elsewhere = dir.path / "victim";
+    fs::create_directories(elsewhere);
+    fs::create_directory_symlink(elsewhere, shared);
+    PortReservation held(0, shared.string());
+    CHECK(fs::is_empty(elsewhere));
+    CHECK(fs::exists(own / std::to_string(held.port())));  // this user's own directory instead
+  }
+  SUBCASE("a directory others may empty, without the sticky bit, is not used") {
+    fs::create_directories(shared);
+    fs::permissions(shared, fs::perms::all, fs::perm_options::replace);  // 0777, no sticky bit
+    PortReservation held(0, shared.string());
+    CHECK(fs::is_empty(shared));
+    CHECK(fs::exists(own / std::to_string(held.port())));
+  }
+  SUBCASE("the shared form (world-writable and sticky) is used") {
+    PortReservation held(0, shared.string());
+    CHECK(fs::exists(shared / std::to_string(held.port())));
+    auto mode = fs::status(shared).permissions();
+    CHECK((mode & fs::perms::sticky_bit) != fs::perms::none);
+  }
 }

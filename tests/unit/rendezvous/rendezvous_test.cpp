@@ -194,3 +194,11 @@ TEST_CASE("rendezvous::secret files") {
                        sgpu::Error);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("rendezvous::distinct_node_names") {
+  using V = std::vector<std::string>;
+  CHECK(distinct_node_names({}) == V{});
+  CHECK(distinct_node_names({"a", "b"}) == V{"a", "b"});
+  CHECK(distinct_node_names({"box", "box"}) == V{"box#0", "box#1"});
+  CHECK(distinct_node_names({"box", "gpu1", "box", "box"}) == V{"box#0", "gpu1", "box#2", "box#3"});
+}

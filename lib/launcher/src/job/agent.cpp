@@ -24,6 +24,7 @@
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/events.hpp"
+#include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/rendezvous/client.hpp"
 #include "sgpu/rendezvous/host_info.hpp"
@@ -160,6 +161,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
         master_port.emplace(spec.master_port.value_or(0));
         ready.master_port = static_cast<std::uint32_t>(master_port->port());
       }
+      check_open_files_limit(local_ranks);  // before its rank directories are made
       auto root = runs_root(spec.log_dir, options.environment);
       run_dir = create_run_dir(root, run_id, local_ranks, static_cast<int>(a.rank_base));
       if (spec.preflight.enabled) {

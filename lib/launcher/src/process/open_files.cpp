@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -10,8 +11,18 @@
 
 namespace sgpu::launcher {
 namespace {
-constexpr rlim_t kPerRank = 6;  // stdout and stderr pipes, pidfd, two logs, one spare while it starts
-constexpr rlim_t kBase = 64;    // stdio, the event loop, the run's files, the rendezvous
+// Held for each running rank: its stdout and stderr pipes, its pidfd, its two
+// log files. What a start holds besides (the pipes' write ends, /dev/null)
+// is closed before the next rank starts: counted once, in the base.
+constexpr rlim_t kPerRank = 5;
+constexpr rlim_t kBase = 64;  // stdio, the event loop, the run's files, the rendezvous, one start's
+
+std::string too_few(int ranks, rlim_t needed, rlim_t hard) {
+  return fmt::format(
+      "{} ranks on this node need about {} open files, but the hard limit (ulimit -Hn) is {}; "
+      "raise it (limits.conf, systemd LimitNOFILE) or run fewer ranks per node",
+      ranks, needed, hard);
+}
 }  // namespace
 
 rlim_t open_files_needed(int ranks) { return kBase + kPerRank * static_cast<rlim_t>(std::max(ranks, 0)); }
@@ -21,16 +32,19 @@ rlim_t raised_soft_limit(rlim_t soft, rlim_t hard, rlim_t needed) {
   return hard == RLIM_INFINITY ? needed : std::min(needed, hard);
 }
 
+void check_open_files_limit(int ranks) {
+  rlimit now{};
+  if (::getrlimit(RLIMIT_NOFILE, &now) != 0) return;
+  auto needed = open_files_needed(ranks);
+  if (raised_soft_limit(now.rlim_cur, now.rlim_max, needed) < needed) throw Error(too_few(ranks, needed, now.rlim_max));
+}
+
 rlimit raise_open_files_limit(int ranks) {
   rlimit before{};
   if (::getrlimit(RLIMIT_NOFILE, &before) != 0) return before;
   auto needed = open_files_needed(ranks);
   auto soft = raised_soft_limit(before.rlim_cur, before.rlim_max, needed);
-  if (soft < needed)
-    throw Error(
-        fmt::format("{} ranks on this node need about {} open files, but the hard limit (ulimit -Hn) is {}; "
-                    "raise it (limits.conf, systemd LimitNOFILE) or run fewer ranks per node",
-                    ranks, needed, before.rlim_max));
+  if (soft < needed) throw Error(too_few(ranks, needed, before.rlim_max));
   if (soft != before.rlim_cur) {
     rlimit raised = before;
     raised.rlim_cur = soft;

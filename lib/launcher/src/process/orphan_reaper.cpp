@@ -7,8 +7,10 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 namespace sgpu::launcher {
 namespace fs = std::filesystem;
@@ -34,7 +36,57 @@ std::set<pid_t> children() {
   return out;
 }
 
+std::mutex own_children_mutex;
+std::unordered_set<pid_t>& own_children() {
+  static std::unordered_set<pid_t> pids;
+  return pids;
+}
+
+bool is_own_child(pid_t pid) {
+  std::lock_guard lock(own_children_mutex);
+  return own_children().contains(pid);
+}
+
+// An adopted orphan: not a child sgpu waits for itself, and not in sgpu's
+// session (where Boost.Process's children and what they leave live).
+bool adopted(pid_t pid, pid_t own_session) { return !is_own_child(pid) && ::getsid(pid) != own_session; }
+
+bool reap(pid_t pid) {
+  pid_t got = 0;
+  while ((got = ::waitpid(pid, nullptr, WNOHANG)) < 0 && errno == EINTR) {
+  }
+  return got == pid;
+}
+
 }  // namespace
+
+void note_own_child(pid_t pid) {
+  std::lock_guard lock(own_children_mutex);
+  own_children().insert(pid);
+}
+
+void forget_own_child(pid_t pid) {
+  std::lock_guard lock(own_children_mutex);
+  own_children().erase(pid);
+}
+
+std::size_t reap_exited_orphans() {
+  const pid_t own_session = ::getsid(0);
+  std::size_t reaped = 0;
+  // Fast path: peek (WNOWAIT) at an exited child and reap it while it is an
+  // orphan. An own child's status must stay for its owner, and a peek cannot
+  // see past it: then look at each child in turn.
+  for (;;) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return reaped;
+    if (!adopted(info.si_pid, own_session)) break;
+    if (!reap(info.si_pid)) break;
+    ++reaped;
+  }
+  for (pid_t pid : children())
+    if (adopted(pid, own_session) && reap(pid)) ++reaped;
+  return reaped;
+}
 
 bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
 

@@ -1,7 +1,9 @@
 #include "sgpu/launcher/process/rank_process.hpp"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <cerrno>
 #include <csignal>
 #include <system_error>
 
@@ -9,6 +11,7 @@
 
 #include "process/child_exec.hpp"
 #include "process/spawn.hpp"
+#include "sgpu/launcher/process/orphan_reaper.hpp"
 
 namespace sgpu::launcher {
 namespace bp = boost::process::v2;
@@ -83,15 +86,26 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
 RankProcess::~RankProcess() {
   // A rank is never left behind: the destructor of bp::process kills and reaps
   // a child that is still running.
+  impl_.reset();
+  if (pid_ > 0) forget_own_child(pid_);
 }
 
 void RankProcess::signal_group(int sig) const {
   if (pid_ > 0) ::kill(-pid_, sig);
 }
 
+bool RankProcess::exited() const {
+  if (pid_ <= 0) return true;
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return errno == ECHILD;
+  return info.si_pid == pid_;  // a peek: the status stays for the pidfd wait
+}
+
 void RankProcess::async_wait(std::function<void(int)> on_exit) {
-  impl_->proc.handle().async_wait(
-      [cb = std::move(on_exit)](bp::error_code ec, int status) { cb(ec ? (255 << 8) : status); });
+  impl_->proc.handle().async_wait([pid = pid_, cb = std::move(on_exit)](bp::error_code ec, int status) {
+    forget_own_child(pid);  // reaped: its number may now go to another process
+    cb(ec ? (255 << 8) : status);
+  });
 }
 
 }  // namespace sgpu::launcher

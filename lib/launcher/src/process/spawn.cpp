@@ -10,6 +10,8 @@
 #include <csignal>
 #include <system_error>
 
+#include "sgpu/launcher/process/orphan_reaper.hpp"
+
 namespace sgpu::launcher {
 namespace {
 
@@ -90,10 +92,12 @@ Spawned spawn_process(const SpawnRequest& request) {
   ::sigprocmask(SIG_SETMASK, &before, nullptr);
   ::munmap(stack, kChildStack);
   if (pid < 0) throw std::system_error(clone_errno, std::generic_category(), request.path);
+  note_own_child(pid);  // its status is the caller's: the SIGCHLD reaper leaves it
   if (child.error != 0) {
     ::close(pidfd);
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
+    forget_own_child(pid);
     throw std::system_error(child.error, std::generic_category(), request.path);
   }
   return {pid, pidfd};

@@ -1,5 +1,6 @@
 #include "sgpu/launcher/process/supervisor.hpp"
 
+#include "sgpu/launcher/process/adopted_reaper.hpp"
 #include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/launcher/process/orphan_guard.hpp"
@@ -41,10 +42,12 @@ struct Supervisor::State : JobControl::Actions {
     std::unique_ptr<RankProcess> process;
     RankRecord record;
     std::array<bool, 2> open{false, false};
+    bool ended_first = false;  // it had exited when the teardown's signal went out: not sgpu's doing
   };
 
   OrphanGuard guard;  // first: forked before any pipe or handler exists
   asio::io_context& io;
+  std::optional<AdoptedReaper> reaper;  // from start() to the end of the run
   JobObserver& observer;
   std::function<std::vector<RankLaunch>(int)> relaunch;
   JobControl control;
@@ -107,12 +110,20 @@ struct Supervisor::State : JobControl::Actions {
   }
 
   // JobControl::Actions: this node's ranks, by process group.
-  void signal_job(int sig) override {
+  void signal_ranks(int sig) {
     for (auto& r : ranks)
       if (!r->record.status) r->process->signal_group(sig);
   }
-  void kill_job() override { signal_job(SIGKILL); }
-  void forward_signal(int sig) override { signal_job(sig); }
+  // A stopped rank (SIGSTOP, a debugger's ^Z) acts on its SIGTERM only once
+  // continued: without SIGCONT it would cost the whole grace.
+  void signal_job(int sig) override {
+    for (auto& r : ranks)
+      if (!r->record.status && r->process->exited()) r->ended_first = true;
+    signal_ranks(sig);
+    if (sig != SIGKILL) signal_ranks(SIGCONT);
+  }
+  void kill_job() override { signal_ranks(SIGKILL); }
+  void forward_signal(int sig) override { signal_ranks(sig); }
   void on_stopping(const env::JobEnd& cause) override {
     outcome.end = cause;
     observer.on_teardown(cause);
@@ -175,7 +186,7 @@ struct Supervisor::State : JobControl::Actions {
     r.process->signal_group(SIGKILL);
     guard.forget(r.record.pid);
     bool was_stopping = control.stopping();
-    r.record.terminated_by_sgpu = !r.record.status->success() && was_stopping;
+    r.record.terminated_by_sgpu = !r.record.status->success() && was_stopping && !r.ended_first;
     observer.on_rank_exited(r.record.rank, *r.record.status, r.record.terminated_by_sgpu);
     control.rank_exited(r.record.rank, *r.record.status);
     if (running == 0) {
@@ -247,6 +258,13 @@ struct Supervisor::State : JobControl::Actions {
     AttemptOutcome attempt{control.attempt(), outcome.end, {}, attempt_started, Clock::now(), outcome.spawn_error};
     for (auto& r : ranks) attempt.ranks.push_back(r->record);
     outcome.attempts.push_back(attempt);
+    // Every rank is reaped and its pipes closed: its pidfd goes now, not with
+    // the run (a job restarted 13 times held 68 of them). After this turn,
+    // since a rank's exit handler (on its pidfd) may be what called us.
+    asio::post(io, [this] {
+      for (auto* list : {&ranks, &retired})
+        for (auto& r : *list) r->process.reset();
+    });
     control.attempt_over([this](bool again) {
       if (again)
         restart();
@@ -257,6 +275,7 @@ struct Supervisor::State : JobControl::Actions {
 
   void finish_run() {
     control.finish();
+    if (reaper) reaper->stop();
     outcome.ended = Clock::now();
     outcome.ranks = outcome.attempts.back().ranks;
     if (on_finished) asio::post(io, [this] { on_finished(outcome); });
@@ -309,8 +328,21 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
   s.on_finished = std::move(on_finished);
   s.outcome.started = Clock::now();
   s.open_files = raise_open_files_limit(static_cast<int>(launches.size()));
+  // Every process of the run inherits these: after a kill -9 of sgpu, the
+  // guard finds what escaped the ranks' groups by them. Never GROUP_RANK
+  // alone, which other jobs' processes have too.
+  if (!launches.empty()) {
+    const auto& env = launches.front().env;
+    auto run_id = env.find("SGPU_RUN_ID");
+    auto node = env.find("GROUP_RANK");
+    if (run_id != env.end() && !run_id->second.empty()) {
+      s.guard.mark("SGPU_RUN_ID=" + run_id->second);
+      if (node != env.end()) s.guard.mark("GROUP_RANK=" + node->second);
+    }
+  }
   s.stdout_pipe = rank_pipe_size(launches.size());
   s.control.watch_signals();
+  s.reaper.emplace(s.io);
   // The timeout and signals act from now on, also while a large job is still starting.
   s.control.start();
   s.start_attempt(launches);

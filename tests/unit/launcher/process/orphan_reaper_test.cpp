@@ -1,3 +1,6 @@
+#include <sys/wait.h>
+#include <unistd.h>
+#include <csignal>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -24,5 +27,48 @@ TEST_CASE("launcher::is_ssh_control_master") {
   for (const auto& row : rows) {
     CAPTURE(std::string(row.what));
     CHECK(is_ssh_control_master(row.cmdline) == row.master);
+  }
+}
+
+namespace {
+// A child in a session of its own (as a rank's escaped daemon is) that exits at once.
+pid_t exited_child_in_another_session(int code) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setsid();
+    ::_exit(code);
+  }
+  siginfo_t info{};
+  ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT);  // exited, not reaped
+  return pid;
+}
+}  // namespace
+
+TEST_CASE("launcher::reap_exited_orphans") {
+  SUBCASE("an exited child no one waits for is reaped") {
+    pid_t orphan = exited_child_in_another_session(0);
+    CHECK(reap_exited_orphans() >= 1);
+    CHECK(::waitpid(orphan, nullptr, WNOHANG) == -1);  // gone: ECHILD
+  }
+  SUBCASE("an own child's status is left for its owner, and orphans behind it are still reaped") {
+    pid_t rank = exited_child_in_another_session(7);
+    note_own_child(rank);
+    pid_t orphan = exited_child_in_another_session(0);
+    reap_exited_orphans();
+    CHECK(::waitpid(orphan, nullptr, WNOHANG) == -1);
+    int status = 0;
+    CHECK(::waitpid(rank, &status, WNOHANG) == rank);
+    CHECK(WEXITSTATUS(status) == 7);
+    forget_own_child(rank);
+  }
+  SUBCASE("a child in this process's session is left alone (Boost.Process's: ssh, srun)") {
+    pid_t pid = ::fork();
+    if (pid == 0) ::_exit(3);
+    siginfo_t info{};
+    ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT);
+    reap_exited_orphans();
+    int status = 0;
+    CHECK(::waitpid(pid, &status, WNOHANG) == pid);
+    CHECK(WEXITSTATUS(status) == 3);
   }
 }

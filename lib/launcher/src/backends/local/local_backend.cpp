@@ -10,6 +10,7 @@
 #include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
 
 namespace sgpu::launcher::local {
@@ -25,6 +26,7 @@ class LocalBackend : public Backend {
     if (!cpu_ranks) discover(ctx);
     resolve_nproc_mode(ctx.spec, discovery_.gpus, static_cast<int>(std::max(1U, std::thread::hardware_concurrency())));
     ranks_ = rank_count(ctx.spec, discovery_.gpus);  // validates before anything is created
+    check_open_files_limit(ranks_);
   }
 
   PlannedLayout describe(const LaunchContext& ctx) override {

@@ -46,6 +46,11 @@ struct MasterAddrInputs {
 // every node is local.
 std::string choose_master_addr(const MasterAddrInputs& in);
 
+// The nodes' names (by node rank) as the output shows them: a name two nodes
+// share (the same hostname, containers with one) becomes "name#<node rank>"
+// on each, so no two nodes' lines read alike. Pure.
+std::vector<std::string> distinct_node_names(const std::vector<std::string>& names);
+
 // For a join timeout: "1 of 3 nodes joined (a as node rank 0); missing: b
 // (node rank 1), node rank 2". `expected_names` (by node rank) may be empty.
 std::string describe_missing(const std::vector<Join>& joined, std::uint32_t nnodes,

@@ -9,7 +9,10 @@
 // named after the port in a directory every sgpu process on the node shares.
 // The lock, not a socket, keeps other sgpu jobs off the port; a plain probe
 // bind (closed at once, never listening, so no TIME_WAIT) checks that nothing
-// else uses it. The lock lives as long as the reservation (or sgpu) does.
+// else uses it. The lock lives as long as the reservation (or sgpu) does; the
+// file goes with it. The directory is used only if it is a real directory
+// that no other user can empty (see port_reservation.cpp), else a private
+// one beside it.
 #include <string>
 
 namespace sgpu::rendezvous {
@@ -45,7 +48,9 @@ class PortReservation {
   int port() const { return port_; }
 
  private:
+  void release();
   int lock_fd_ = -1;  // the flock on lock_dir/<port>; -1 when the directory was unusable
+  int dir_fd_ = -1;   // the lock directory, opened once: no path is looked up twice
   int port_ = 0;
 };
 

@@ -1,6 +1,6 @@
 #pragma once
-// RLIMIT_NOFILE for a node's ranks: sgpu holds about five descriptors per rank
-// (two output pipes, a pidfd, two log files), so the usual soft limit of 1024
+// RLIMIT_NOFILE for a node's ranks: sgpu holds five descriptors per running
+// rank (two output pipes, a pidfd, two log files), so the usual soft limit of 1024
 // caps a node near 200 ranks. sgpu raises its soft limit up to the hard
 // limit; ranks get the limit sgpu started with.
 #include <sys/resource.h>
@@ -13,6 +13,10 @@ rlim_t open_files_needed(int ranks);
 // The soft limit to set: `needed` when the hard limit allows, never lower
 // than `soft` already is, never above `hard`. Pure.
 rlim_t raised_soft_limit(rlim_t soft, rlim_t hard, rlim_t needed);
+
+// Throws the error raise_open_files_limit would, changing nothing: for a
+// backend's check, before the run directory is made.
+void check_open_files_limit(int ranks);
 
 // Raises sgpu's soft RLIMIT_NOFILE for `ranks` ranks and returns the limits it
 // had before. Throws sgpu::Error when even the hard limit is too low.

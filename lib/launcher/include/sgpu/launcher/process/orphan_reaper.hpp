@@ -10,12 +10,22 @@
 // sgpu kills and reaps it, and again for what re-parents when those die,
 // until none is left.
 //
-// The limit: a SIGKILLed sgpu cannot do this, so its adopted orphans move on
-// to init (the ranks' own process groups are still killed by OrphanGuard).
+// While the job runs, adopted orphans are reaped as they die (AdoptedReaper,
+// on SIGCHLD), so short-lived ones never pile up as zombies; only the live
+// ones are left for the sweep at the end. A child sgpu waits for itself (a
+// rank, by its pidfd; the guard) is never reaped there: spawn_process notes
+// it (note_own_child) until its owner has its status, and children in sgpu's
+// own session (what Boost.Process starts: ssh, srun, salloc) are left to
+// their owners.
+//
+// A SIGKILLed sgpu cannot do this, and its adopted orphans move on to init;
+// OrphanGuard then kills the ranks' groups, and every process that carries
+// the run's markers in its environment (orphan_guard.hpp).
 // An ssh ControlPersist master (its title ends in " [mux]") is left alone:
 // it is meant to outlast the run and serve the next one.
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +44,15 @@ struct KilledOrphan {
 // repeatedly, as long as new ones appear (bounded). Call it when the job is
 // over.
 std::vector<KilledOrphan> kill_adopted_orphans();
+
+// Children this process waits for itself (the SIGCHLD reaper leaves them
+// alone). Thread-safe.
+void note_own_child(pid_t pid);
+void forget_own_child(pid_t pid);
+
+// Reaps every child that has exited, is not an own child and is outside
+// this process's session (an adopted orphan); returns how many. Never blocks.
+std::size_t reap_exited_orphans();
 
 // Whether a /proc cmdline (NUL-separated) is an ssh ControlPersist master.
 bool is_ssh_control_master(std::string_view cmdline);

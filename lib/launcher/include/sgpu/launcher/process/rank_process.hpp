@@ -50,6 +50,8 @@ class RankProcess {
   int pid() const { return pid_; }
   // Signals the rank's whole process group; a group that is gone is no error.
   void signal_group(int sig) const;
+  // Whether it has exited (its status not taken yet, or taken by its wait).
+  bool exited() const;
 
   // The read ends of its stdout and stderr pipes, non-blocking: wait for
   // readable, then read() into any buffer (no buffer per rank).
