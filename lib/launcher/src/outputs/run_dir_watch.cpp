@@ -31,7 +31,7 @@ void RunDirDeletedWatch::add_watch() {
 void RunDirDeletedWatch::on_rank_started(int, int) {
   ++started_;
   ++running_;
-  if (!reading_ && stream_.is_open()) arm();
+  if (!reading_ && !torn_down_ && stream_.is_open()) arm();
 }
 
 // Every started rank is gone and no more will start: the read must not keep
@@ -41,9 +41,11 @@ void RunDirDeletedWatch::on_rank_exited(int, const env::ExitStatus&, bool) {
   if (running_ == 0 && (started_ == world_size_ || torn_down_)) stop();
 }
 
+// From the teardown on, nothing is watched: a rank that never reports its
+// exit (a lost node) must not hold the loop.
 void RunDirDeletedWatch::on_teardown(const env::JobEnd&) {
   torn_down_ = true;
-  if (running_ == 0) stop();
+  stop();
 }
 
 void RunDirDeletedWatch::on_restart(int, const env::JobEnd&, env::Seconds) {
@@ -74,7 +76,7 @@ void RunDirDeletedWatch::arm() {
       gone_();
       add_watch();
     }
-    if (running_ > 0) arm();
+    if (running_ > 0 && !torn_down_) arm();
   });
 }
 

@@ -19,10 +19,19 @@ using json = nlohmann::json;
 
 namespace {
 json good_record() {
-  return {{"version", 1},       {"run_id", "x"},   {"state", "succeeded"}, {"host", "h"},
-          {"sgpu_pid", 42},     {"detached", false}, {"started_at", "2026-12-03T00:00:01.000Z"},
-          {"world_size", 2},    {"nnodes", 1},     {"entrypoint", "true"},  {"exit_code", 0},
-          {"duration_s", 1.5}, {"ended_at", "2026-12-03T00:00:02.500Z"}};
+  return {{"version", 1},
+          {"run_id", "x"},
+          {"state", "succeeded"},
+          {"host", "h"},
+          {"sgpu_pid", 42},
+          {"detached", false},
+          {"started_at", "2026-12-03T00:00:01.000Z"},
+          {"world_size", 2},
+          {"nnodes", 1},
+          {"entrypoint", "true"},
+          {"exit_code", 0},
+          {"duration_s", 1.5},
+          {"ended_at", "2026-12-03T00:00:02.500Z"}};
 }
 
 struct TempRoot {
@@ -171,7 +180,7 @@ TEST_CASE("launcher::retire_runs renames a bounded number of the oldest finished
   CHECK(empty_trash(root.path.string(), 2).empty());
   CHECK(trash_size(root.path.string()) == 0);
   auto left = run_ids(root.path.string());
-  CHECK(left == std::vector<std::string>{"20261203-000006-000006", "20261203-000005-000005",
-                                         "20261203-000000-starting"});
+  CHECK(left ==
+        std::vector<std::string>{"20261203-000006-000006", "20261203-000005-000005", "20261203-000000-starting"});
   CHECK_FALSE(retire_runs(root.path.string(), 2, 3).more);
 }
