@@ -151,14 +151,14 @@ def test_a_launch_among_2500_old_runs_costs_what_one_in_an_empty_home_does(sgpu,
     assert res.returncode == 0, res.stderr
     assert full_took < empty_took + 1.0, (full_took, empty_took)
     # The old runs go in the background; the newest 100 stay, the new run and the first among them.
-    wait_for(lambda: len(run_names(root)) == 100 and not any((root / ".trash").glob("*")), 120,
-             "the old runs to be deleted")
+    wait_for(lambda: len(run_names(root)) == 100 and not any((root / ".trash").glob("*")), 300,
+             "the old runs to be deleted")  # bounded; a second or two on a quiet machine
     assert first["run_id"] in run_names(root)
     newest = json.loads(sgpu.run("runs", "--limit", 1, "-o", "json", env=full_env).stdout)[0]
     assert newest["state"] == "succeeded" and newest["run_id"] not in (first["run_id"],)
 
 
-def test_retention_retires_a_run_and_deletes_it_in_a_batch(sgpu):
+def test_retention_retires_old_runs_into_the_trash_for_a_batch(sgpu):
     env = dict(sgpu.env, SGPU_KEEP_RUNS="2")
     ids = [launch_json(sgpu, "--no-python", "true", env=env)[1]["run_id"] for _ in range(4)]
     root = runs_dir(sgpu)

@@ -134,7 +134,7 @@ struct JobOutputs::Impl {
                           {"world_size", plan.ranks.size()},
                           {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
                           {"spec", "spec.json"}});
-    dir_watch.emplace(io, plan.run_dir, static_cast<int>(plan.ranks.size()), [this] { run_dir_deleted(); });
+    dir_watch.emplace(io, plan.run_dir, [this] { run_dir_deleted(); });
     fanout.add(*dir_watch);
     fanout.add(run_log);
     fanout.add(console);

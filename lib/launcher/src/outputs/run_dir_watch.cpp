@@ -7,11 +7,9 @@
 
 namespace sgpu::launcher {
 
-RunDirDeletedWatch::RunDirDeletedWatch(boost::asio::io_context& io, std::string run_dir, int world_size,
-                                       std::function<void()> gone)
+RunDirDeletedWatch::RunDirDeletedWatch(boost::asio::io_context& io, std::string run_dir, std::function<void()> gone)
     : run_dir_(std::move(run_dir)),
       name_(std::filesystem::path(run_dir_).filename().string()),
-      world_size_(world_size),
       gone_(std::move(gone)),
       stream_(io) {
   int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -29,20 +27,18 @@ void RunDirDeletedWatch::add_watch() {
 }
 
 void RunDirDeletedWatch::on_rank_started(int, int) {
-  ++started_;
   ++running_;
   if (!reading_ && !torn_down_ && stream_.is_open()) arm();
 }
 
-// Every started rank is gone and no more will start: the read must not keep
-// the event loop alive (as the status line's timer).
+// No rank runs: the read must not keep the event loop alive (a node's ranks
+// may be all there is, and the others may never be heard of). A rank that
+// starts later reads again.
 void RunDirDeletedWatch::on_rank_exited(int, const env::ExitStatus&, bool) {
-  --running_;
-  if (running_ == 0 && (started_ == world_size_ || torn_down_)) stop();
+  if (--running_ <= 0) stop();
 }
 
-// From the teardown on, nothing is watched: a rank that never reports its
-// exit (a lost node) must not hold the loop.
+// From the teardown on, nothing is watched.
 void RunDirDeletedWatch::on_teardown(const env::JobEnd&) {
   torn_down_ = true;
   stop();
@@ -50,7 +46,7 @@ void RunDirDeletedWatch::on_teardown(const env::JobEnd&) {
 
 void RunDirDeletedWatch::on_restart(int, const env::JobEnd&, env::Seconds) {
   stop();
-  started_ = running_ = 0;
+  running_ = 0;
   torn_down_ = false;
 }
 
@@ -62,7 +58,11 @@ void RunDirDeletedWatch::arm() {
   reading_ = true;
   stream_.async_read_some(boost::asio::buffer(buffer_), [this](const boost::system::error_code& ec, std::size_t n) {
     reading_ = false;
-    if (ec) return;
+    if (ec) {
+      // Stopped while a rank started again: that rank's read is this one's.
+      if (ec == boost::asio::error::operation_aborted && running_ > 0 && !torn_down_) arm();
+      return;
+    }
     bool gone = false;
     for (std::size_t at = 0; at + sizeof(inotify_event) <= n;) {
       inotify_event event{};

@@ -23,11 +23,14 @@ namespace sgpu::launcher {
 namespace fs = std::filesystem;
 
 namespace {
-// ioprio_set(2): the idle class, for the whole process.
+// ioprio_set(2): best effort at its lowest level, for the whole process. Not
+// the idle class, nor nice 19: on a machine kept busy those starve it for
+// minutes, and the disk waits for its space meanwhile.
 constexpr int kIoprioWhoProcess = 1;
-constexpr int kIoprioClassIdle = 3;
+constexpr int kIoprioClassBestEffort = 2;
+constexpr int kIoprioLowestLevel = 7;
 constexpr int kIoprioClassShift = 13;
-constexpr int kLowestNice = 19;
+constexpr int kBackgroundNice = 10;
 
 bool has_state(const std::string& dir) {
   struct stat st {};
@@ -154,8 +157,8 @@ void empty_trash_detached(const std::string& root, int keep) {
   int null = ::open("/dev/null", O_RDWR);
   for (int std_fd = 0; std_fd < 3; ++std_fd) ::dup2(null, std_fd);
   ::close_range(3, ~0U, 0);  // the run's lock above all: a lost supervisor must look lost
-  ::setpriority(PRIO_PROCESS, 0, kLowestNice);
-  ::syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, kIoprioClassIdle << kIoprioClassShift);
+  ::setpriority(PRIO_PROCESS, 0, kBackgroundNice);
+  ::syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, (kIoprioClassBestEffort << kIoprioClassShift) | kIoprioLowestLevel);
   try {
     empty_trash(root, keep);
   } catch (...) {  // nothing to report to: the next launch tries again

@@ -20,7 +20,7 @@ class RunDirDeletedWatch final : public JobObserver {
  public:
   // `gone` runs on the loop each time the directory is deleted; the watch
   // then follows the directory made again at the same path.
-  RunDirDeletedWatch(boost::asio::io_context& io, std::string run_dir, int world_size, std::function<void()> gone);
+  RunDirDeletedWatch(boost::asio::io_context& io, std::string run_dir, std::function<void()> gone);
   RunDirDeletedWatch(const RunDirDeletedWatch&) = delete;
   RunDirDeletedWatch& operator=(const RunDirDeletedWatch&) = delete;
 
@@ -36,12 +36,10 @@ class RunDirDeletedWatch final : public JobObserver {
 
   std::string run_dir_;
   std::string name_;  // the run directory's, in the runs directory watched
-  int world_size_;
   std::function<void()> gone_;
   boost::asio::posix::stream_descriptor stream_;
   int watch_ = -1;
   bool reading_ = false;
-  int started_ = 0;
   int running_ = 0;
   bool torn_down_ = false;
   std::array<char, 4096> buffer_{};

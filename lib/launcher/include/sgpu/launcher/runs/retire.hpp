@@ -49,8 +49,8 @@ std::vector<std::string> empty_trash(const std::string& root, int keep);
 // empty_trash() in a child process that outlives this one: its own process
 // group (Ctrl-C is for the job), SIGHUP ignored, stdin/stdout/stderr on
 // /dev/null (a reader of sgpu's output never waits for it), every other
-// descriptor closed (it must not hold the run's lock), lowest CPU and I/O
-// priority. Nothing is reported: what it leaves, the next one takes.
+// descriptor closed (it must not hold the run's lock), low CPU and I/O
+// priority (nice 10, best effort level 7). Nothing is reported: what it leaves, the next one takes.
 void empty_trash_detached(const std::string& root, int keep);
 
 }  // namespace sgpu::launcher
