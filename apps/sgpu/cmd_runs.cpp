@@ -3,6 +3,7 @@
 // another terminal, attached or --detach, is seen alike.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "sgpu/launcher/runs/follow.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
 #include "startup.hpp"
+#include "sgpu/launcher/runs/retire.hpp"
 
 namespace sgpu::app {
 namespace {
@@ -53,8 +55,27 @@ std::string short_duration(double s) {
   return env::format_duration(env::Seconds(std::round(s)));
 }
 
+std::string short_duration(const nlohmann::ordered_json& seconds) {
+  return seconds.is_number() ? short_duration(seconds.get<double>()) : "-";
+}
+
+// A run whose state.json cannot be believed: listed and shown, never acted on.
+void refuse_unreadable(const RunInfo& run, std::string_view verb) {
+  if (run.state == RunState::Unknown)
+    throw Error(
+        fmt::format("cannot {} run {}: {} (give another run's id; 'sgpu runs' lists them)", verb, run.id, run.problem),
+        1);
+}
+
+// Each run that is listed with a problem gets a line on stderr below the table.
+void print_problems(const std::vector<RunInfo>& runs) {
+  for (const auto& run : runs)
+    if (!run.problem.empty()) launcher::diagnostic("sgpu: warning: run {}: {}\n", run.id, run.problem);
+}
+
 std::string start_time(const ordered_json& run) {
-  auto text = run.value("started_at", std::string());  // 2026-12-02T11:53:01.042Z -> 2026-12-02 11:53:01
+  // 2026-12-02T11:53:01.042Z -> 2026-12-02 11:53:01
+  auto text = run["started_at"].is_string() ? run["started_at"].get<std::string>() : std::string("-");
   return text.size() >= 19 ? text.substr(0, 10) + " " + text.substr(11, 8) : text;
 }
 
@@ -69,9 +90,8 @@ std::string runs_table(const std::vector<RunInfo>& runs) {
     auto j = launcher::run_json(run);
     auto entry = j["entrypoint"].is_string() ? j["entrypoint"].get<std::string>() : std::string();
     if (entry.size() > kEntrypointWidth) entry = entry.substr(0, kEntrypointWidth - 3) + "...";
-    out +=
-        fmt::format("{:<22}  {:<9}  {:<19}  {:>9}  {:>5}  {:>4}  {}\n", run.id, j["state"].get<std::string>(),
-                    start_time(j), short_duration(j["duration_s"].get<double>()), run.world_size, exit_text(j), entry);
+    out += fmt::format("{:<22}  {:<9}  {:<19}  {:>9}  {:>5}  {:>4}  {}\n", run.id, j["state"].get<std::string>(),
+                       start_time(j), short_duration(j["duration_s"]), run.world_size, exit_text(j), entry);
   }
   return out;
 }
@@ -96,6 +116,7 @@ Command add_runs(CLI::App& app) {
       launcher::output(fmt::format("no runs in {}\n", f->root()));
     } else {
       launcher::output(runs_table(runs));
+      print_problems(runs);
     }
     return 0;
   };
@@ -105,9 +126,11 @@ std::string status_text(const RunInfo& run, const ordered_json& ranks) {
   auto j = launcher::run_json(run);
   std::string out = fmt::format("run {}: {}", run.id, j["state"].get<std::string>());
   if (j["exit_code"].is_number()) out += fmt::format(" (exit code {})", j["exit_code"].get<int>());
+  if (run.state == RunState::Unknown) return out + fmt::format("\n  {}\n  run dir: {}\n", run.problem, run.dir);
   out += fmt::format(", {} rank{}, {} {}\n", run.world_size, run.world_size == 1 ? "" : "s",
                      run.state == RunState::Running ? "running for" : "took",
-                     short_duration(j["duration_s"].get<double>()));
+                     j["duration_s"].is_number() ? short_duration(j["duration_s"]) : "an unknown time");
+  if (!run.problem.empty()) out += fmt::format("  note:       {}\n", run.problem);
   out += fmt::format("  entrypoint: {}\n  started:    {} UTC on {} (sgpu pid {})\n  run dir:    {}\n",
                      j["entrypoint"].is_string() ? j["entrypoint"].get<std::string>() : "?", start_time(j),
                      j["host"].is_string() ? j["host"].get<std::string>() : "?", j["sgpu_pid"].dump(), run.dir);
@@ -167,6 +190,7 @@ Command add_logs(CLI::App& app) {
   add_common(cmd, *f);
   return [f](const DashTail&) {
     auto run = launcher::find_run(f->root(), f->run);
+    refuse_unreadable(run, "show the logs of");
     launcher::LogOptions o;
     // Each rank checked against the flag that named it.
     auto add = [&](int r, const char* flag) {
@@ -217,6 +241,7 @@ Command add_wait(CLI::App& app) {
       if (auto d = env::parse_duration(f->timeout, "--timeout"))
         limit = std::chrono::duration_cast<std::chrono::milliseconds>(*d);
     auto run = launcher::find_run(f->root(), f->run);
+    refuse_unreadable(run, "wait for");
     auto ended = launcher::wait_for_run(run, limit);
     if (!ended) {
       launcher::diagnostic("sgpu: run {} is still running after --timeout {}\n", run.id, f->timeout);
@@ -239,6 +264,7 @@ Command add_cancel(CLI::App& app) {
   add_common(cmd, *f);
   return [f](const DashTail&) {
     auto run = launcher::find_run(f->root(), f->run);
+    refuse_unreadable(run, "cancel");
     bool was_running = run.state == RunState::Running;
     auto ended = launcher::cancel_run(run);
     if (!was_running && !f->json()) launcher::diagnostic("sgpu: run {} had already ended\n", run.id);
@@ -270,6 +296,9 @@ Command add_prune(CLI::App& app) {
     if (!rule.keep && !rule.older_than)
       throw Error("prune needs --keep N or --older-than D (or both) to say which finished runs to remove");
     auto out = launcher::prune_runs(f->root(), rule, f->dry_run);
+    // What launches retired and left for their batch goes too.
+    if (!f->dry_run)
+      for (auto& e : launcher::empty_trash(f->root(), std::numeric_limits<int>::max())) out.errors.push_back(e);
     if (f->json()) {
       print_json({{"removed", out.removed}, {"dry_run", f->dry_run}, {"errors", out.errors}});
     } else {

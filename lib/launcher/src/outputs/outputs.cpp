@@ -20,12 +20,15 @@
 #include "sgpu/launcher/outputs/json_depth.hpp"
 #include "sgpu/launcher/outputs/print.hpp"
 #include "sgpu/launcher/outputs/report.hpp"
+#include "sgpu/launcher/outputs/run_dir_watch.hpp"
 #include "sgpu/launcher/outputs/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
 #include "sgpu/launcher/outputs/run_state_file.hpp"
 #include "sgpu/launcher/outputs/status_line.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
+#include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
+#include "sgpu/launcher/runs/retire.hpp"
 
 namespace sgpu::launcher {
 namespace fs = std::filesystem;
@@ -35,6 +38,10 @@ constexpr std::size_t kResultLimit = 16 << 20;
 constexpr std::size_t kErrorFileLimit = 4 << 20;
 constexpr std::size_t kStderrTailBytes = 64 << 10;
 constexpr std::size_t kStderrTailLines = 20;
+// Retention's share of one launch: runs renamed into the trash at most, and
+// how many retired runs wait there before a detached process deletes them.
+constexpr std::size_t kRetiredPerLaunch = 8;
+constexpr std::size_t kTrashBatch = 8;
 
 std::string get(const env::Environment& e, const char* name) {
   auto it = e.find(name);
@@ -75,10 +82,7 @@ struct JobOutputs::Impl {
   std::optional<StatusLine> status;
   FanOut fanout;
   std::optional<TrackingLink> tracking;
-  std::thread pruner;                     // retention, beside the job: see prune_older_runs
-  std::vector<std::string> prune_errors;  // the pruner's, read once it is joined
-
-  ~Impl() { join_pruner(); }
+  std::optional<RunDirDeletedWatch> dir_watch;
 
   static std::vector<std::string> rank_hosts(const LaunchPlan& p) {
     std::vector<std::string> hosts;
@@ -120,7 +124,6 @@ struct JobOutputs::Impl {
         run_log(io, p.run_dir, static_cast<int>(p.ranks.size()), host, rank_hosts(p)),
         state_file(p.run_dir, state_record(job, p, host)),
         console(sink, console_options(job, p, e)) {
-    if (job.keep_runs > 0) prune_older_runs(job.keep_runs);
     write_file_atomic((fs::path(plan.run_dir) / "spec.json").string(), dump_json(spec));
     run_log.append_event({{"event", "run_started"},
                           {"run_id", plan.run_id},
@@ -129,6 +132,8 @@ struct JobOutputs::Impl {
                           {"world_size", plan.ranks.size()},
                           {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
                           {"spec", "spec.json"}});
+    dir_watch.emplace(io, plan.run_dir, [this] { run_dir_deleted(); });
+    fanout.add(*dir_watch);
     fanout.add(run_log);
     fanout.add(console);
     if (sink.has_status()) {
@@ -154,26 +159,38 @@ struct JobOutputs::Impl {
             {"entrypoint", entrypoint}};
   }
 
-  // Retention (output.keep_runs, SGPU_KEEP_RUNS): each launch removes the
-  // finished runs beyond the newest N; this one counts, running ones stay.
-  // Removing a run's files takes milliseconds (ext4 frees every block), so
-  // it runs on a thread of its own while the ranks start and run, and is
-  // waited for before the report; it only touches other runs' directories.
-  void prune_older_runs(int keep) {
-    auto root = fs::path(plan.run_dir).parent_path().string();
-    // One directory listing decides whether any run can go; only then are
-    // the states of the runs it may remove read.
-    if (run_ids(root).size() <= static_cast<std::size_t>(keep)) return;
-    pruner = std::thread([this, root, keep] {
-      prune_errors = prune_runs(root, {.keep = keep, .older_than = std::nullopt}, false).errors;
-    });
+  // Someone deleted the run directory while the run is live: the job goes
+  // on, the console says so once, and the directory is made again (mode
+  // 0700, with the lock and state.json) so that `sgpu status`, `wait` and
+  // `cancel` still find the run and its end is kept.
+  void run_dir_deleted() {
+    auto warning = fmt::format(
+        "the run directory {} was deleted while the run was live: what the ranks wrote to their logs until then is "
+        "gone (the console showed it); it was made again for the rest of the run",
+        plan.run_dir);
+    sink.write(Stream::Err, fmt::format("sgpu: warning: {}\n", warning));
+    try {
+      auto dir = fs::path(plan.run_dir);
+      int first = plan.ranks.empty() ? 0 : plan.ranks.front().place.rank;
+      create_run_dir(dir.parent_path().string(), dir.filename().string(), static_cast<int>(plan.ranks.size()), first);
+      state_file.rewrite();
+      run_log.reopen();
+      write_file_atomic((dir / "spec.json").string(), dump_json(spec));
+    } catch (const Error& e) {
+      sink.write(Stream::Err, fmt::format("sgpu: warning: {}\n", e.what()));
+    }
   }
 
-  void join_pruner() {
-    if (!pruner.joinable()) return;
-    pruner.join();
-    for (const auto& e : std::exchange(prune_errors, {}))
-      diagnostic("sgpu: warning: cannot remove an old run: {}\n", e);
+  // Retention (output.keep_runs, SGPU_KEEP_RUNS): once the run reported,
+  // the finished runs beyond the newest N (this one counts, running ones
+  // stay) are renamed into the trash, a few per launch; a detached process
+  // deletes the trash in batches, and retires the rest when there were more
+  // (thousands of old runs cost no launch more than a few renames).
+  void retire_older_runs(int keep) const {
+    auto root = fs::path(plan.run_dir).parent_path().string();
+    auto retired = retire_runs(root, keep, kRetiredPerLaunch);
+    for (const auto& e : retired.errors) diagnostic("sgpu: warning: cannot retire an old run: {}\n", e);
+    if (retired.more || (retired.retired > 0 && trash_size(root) >= kTrashBatch)) empty_trash_detached(root, keep);
   }
 
   RunReport gather(const JobOutcome& outcome) {
@@ -358,7 +375,6 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   // pipe would; one that was stopped (timeout, signal, failure) does not wait:
   // the run logs keep what the console could not show.
   auto unshown = s.sink.finish(outcome.end.kind == env::JobEnd::Kind::Completed);
-  s.join_pruner();
   auto report = s.gather(outcome);
   s.run_log.keep_last_attempt();
   if (unshown > 0)
@@ -387,6 +403,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   diagnostic(text);
   s.write_parent_error_file(report);
   if (s.json_output) output(dump_json(summary));
+  if (s.job_spec.keep_runs > 0) s.retire_older_runs(s.job_spec.keep_runs);
   return report.exit_code;
 }
 

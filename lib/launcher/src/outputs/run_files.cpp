@@ -55,8 +55,12 @@ AppendFile AppendFile::adopt(int fd, std::string name) {
 
 bool AppendFile::open_deferred() {
   deferred_ = false;
-  std::error_code ec;
-  fs::create_directories(fs::path(path_).parent_path(), ec);
+  // The rank's directory (and ranks/) when missing, never the run directory
+  // above them: one deleted while its run is live is not made again behind
+  // the user's back, with another mode (create_run_dir makes it 0700).
+  auto rank_dir = fs::path(path_).parent_path();
+  ::mkdir(rank_dir.parent_path().c_str(), 0700);
+  ::mkdir(rank_dir.c_str(), 0700);
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_TRUNC, 0644);
   if (fd_ < 0) error_ = fmt::format("cannot create it: {}", std::strerror(errno));
   return fd_ >= 0;
@@ -104,13 +108,21 @@ bool AppendFile::append(std::string_view bytes) {
 
 void write_file_atomic(const std::string& path, std::string_view content) {
   auto tmp = path + ".tmp";
+  std::string error;
   {
     AppendFile file(tmp);
-    if (!file.append(content)) throw Error(fmt::format("cannot write {}: {}", tmp, file.error()), 1);
+    if (!file.append(content)) error = fmt::format("cannot write {}: {}", tmp, file.error());
   }
   std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(fmt::format("cannot write {}: {}", path, ec.message()), 1);
+  if (error.empty()) {
+    fs::rename(tmp, path, ec);
+    if (!ec) return;
+    error = fmt::format("cannot write {}: {}", path, ec.message());
+  }
+  // A half-written copy is of no use to anyone, and on a full disk its
+  // blocks are what the next, smaller file (state.json) needs.
+  ::unlink(tmp.c_str());
+  throw Error(error, 1);
 }
 
 std::optional<std::string> read_file(const std::string& path, std::size_t max_bytes, bool tail, std::string* problem) {

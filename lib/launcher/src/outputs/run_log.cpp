@@ -118,6 +118,12 @@ void RunLog::on_attempt_started(int attempt) {
   append_event({{"event", "attempt_started"}, {"attempt", attempt}});
 }
 
+void RunLog::reopen() {
+  writer_.drain();
+  for (auto& f : logs_) f = AppendFile::deferred(f.path());
+  events_ = AppendFile(events_.path(), true);
+}
+
 void RunLog::keep_last_attempt() {
   writer_.drain();
   if (attempt_ > 0) archive(attempt_, true);

@@ -17,14 +17,29 @@ namespace sgpu::launcher {
 
 RunStateFile::RunStateFile(const std::string& run_dir, nlohmann::ordered_json record)
     : path_((std::filesystem::path(run_dir) / kRunStateFile).string()), record_(std::move(record)) {
-  auto lock_path = (std::filesystem::path(run_dir) / kRunLockFile).string();
-  // O_CLOEXEC: ranks must not hold the lock, or a lost supervisor would look alive.
-  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) throw Error(fmt::format("cannot create {}: {}", lock_path, std::strerror(errno)), 1);
-  // Blocking: a reader holds it for a moment at most, and only once state.json exists.
-  while (::flock(lock_fd_, LOCK_EX) != 0)
-    if (errno != EINTR) throw Error(fmt::format("cannot lock {}: {}", lock_path, std::strerror(errno)), 1);
+  take_lock();
   record_["state"] = run_state_name(RunState::Running);
+  write_file_atomic(path_, dump_json(record_));
+}
+
+void RunStateFile::take_lock() {
+  auto lock_path = (std::filesystem::path(path_).parent_path() / kRunLockFile).string();
+  // O_CLOEXEC: ranks must not hold the lock, or a lost supervisor would look alive.
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(fmt::format("cannot create {}: {}", lock_path, std::strerror(errno)), 1);
+  // Blocking: a reader holds it for a moment at most, and only once state.json exists.
+  while (::flock(fd, LOCK_EX) != 0)
+    if (errno != EINTR) {
+      int error = errno;
+      ::close(fd);
+      throw Error(fmt::format("cannot lock {}: {}", lock_path, std::strerror(error)), 1);
+    }
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = fd;
+}
+
+void RunStateFile::rewrite() {
+  take_lock();
   write_file_atomic(path_, dump_json(record_));
 }
 
@@ -39,7 +54,14 @@ void RunStateFile::finish(RunState state, int exit_code, Clock::time_point start
   record_["exit_code"] = exit_code;
   record_["ended_at"] = iso_time(ended);
   record_["duration_s"] = duration_s;
-  write_file_atomic(path_, dump_json(record_));
+  auto text = dump_json(record_);
+  try {
+    write_file_atomic(path_, text);
+  } catch (const Error&) {
+    // Once more: a full disk may have room again (the summary's failed copy
+    // was just removed). Readers fall back on events.jsonl and summary.json.
+    write_file_atomic(path_, text);
+  }
 }
 
 }  // namespace sgpu::launcher

@@ -186,8 +186,18 @@ class LogPrinter {
       rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     }
     bool partial_last = !data.empty() && data.back() != '\n';
-    std::size_t first = from > 0 && !lines.empty() ? 1 : 0;
-    if (lines.size() - first > *options_.tail) first = lines.size() - *options_.tail;
+    // A window that starts mid-file begins with a cut line: left out, unless
+    // the lines wanted reach back to it (one line longer than the window):
+    // then its end is shown, and said to be cut.
+    bool cut = from > 0 && !lines.empty();
+    std::size_t first = cut ? 1 : 0;
+    if (lines.size() - first > *options_.tail) {
+      first = lines.size() - *options_.tail;
+    } else if (cut && *options_.tail > 0 && lines.size() - 1 < *options_.tail) {
+      first = 0;
+      diagnostic("sgpu: warning: rank {} {}: a line longer than {} MiB was cut to its last {} MiB\n", s.rank,
+                 s.stream == Stream::Out ? "stdout" : "stderr", kTailWindow >> 20, kTailWindow >> 20);
+    }
     for (std::size_t i = first; i < lines.size(); ++i) {
       if (partial_last && i + 1 == lines.size())
         s.partial = std::string(lines[i]);

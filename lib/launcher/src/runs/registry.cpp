@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
@@ -67,20 +68,65 @@ std::vector<std::string> run_ids(const std::string& root) {
   return ids;
 }
 
+namespace {
+// A run whose state.json still says running, but whose sgpu is gone: when
+// sgpu recorded the end elsewhere (events.jsonl's run_finished, written
+// after it, or summary.json, before it), it could not write state.json (a
+// full disk), and the run ended as recorded there; else it was lost.
+void recover_end(RunInfo& run) {
+  json end;
+  if (auto tail = read_file(join(run.dir, "events.jsonl"), kStateFileLimit, true)) {
+    auto last = tail->find_last_of('\n', tail->empty() ? 0 : tail->size() - 2);
+    auto line = json::parse(tail->substr(last == std::string::npos ? 0 : last + 1), nullptr, false);
+    if (line.is_object() && line.value("event", "") == "run_finished") end = std::move(line);
+  }
+  const char* source = "events.jsonl";
+  if (end.is_null()) {
+    source = "summary.json";
+    if (auto text = read_file(join(run.dir, "summary.json"), kSummaryLimit)) end = json::parse(*text, nullptr, false);
+  }
+  auto state = end.is_object() ? state_of_end_name(get_opt<std::string>(end, "status").value_or("")) : std::nullopt;
+  auto code = end.is_object() ? get_opt<int>(end, "exit_code") : std::nullopt;
+  if (!state || !code || *code < 0 || *code > 255) {
+    run.state = RunState::Lost;
+    return;
+  }
+  run.state = *state;
+  run.exit_code = code;
+  if (auto d = get_opt<double>(end, "duration_s"); d && std::isfinite(*d) && *d >= 0 && run.started)
+    run.ended = *run.started +
+                std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(*d));
+  run.problem = fmt::format("{} was not updated at the end (a full disk?); the end is from {}", kRunStateFile, source);
+}
+}  // namespace
+
 std::optional<RunInfo> read_run(const std::string& root, const std::string& id) {
   RunInfo run;
   run.id = id;
   run.dir = (fs::path(root) / id).string();
-  auto text = read_file(join(run.dir, kRunStateFile), kStateFileLimit);
-  if (!text) return std::nullopt;
-  run.record = json::parse(*text, nullptr, false);
-  if (!run.record.is_object()) return std::nullopt;
-  auto recorded = parse_run_state(get_opt<std::string>(run.record, "state").value_or("")).value_or(RunState::Lost);
-  run.state = recorded == RunState::Running ? observed_state(recorded, run_lock_held(run.dir)) : recorded;
+  std::string unreadable;
+  auto text = read_file(join(run.dir, kRunStateFile), kStateFileLimit + 1, false, &unreadable);
+  if (!text && unreadable.empty()) return std::nullopt;  // starting, or not a run
+  auto state_path = join(run.dir, kRunStateFile);
+  if (text && text->size() > kStateFileLimit)
+    unreadable = fmt::format("over {} KiB", kStateFileLimit >> 10);
+  else if (text)
+    run.record = json::parse(*text, nullptr, false);
+  if (unreadable.empty()) unreadable = run.record.is_discarded() ? "not valid JSON" : state_record_problem(run.record);
+  if (!unreadable.empty()) {
+    // Listed, never hidden: a reader that skipped it would take an older run for the newest.
+    run.state = RunState::Unknown;
+    run.problem = fmt::format("{}: {}", state_path, unreadable);
+    if (run.record.is_object()) run.started = time_at(run.record, "started_at");  // for the order alone
+    run.record = json::object();
+    return run;
+  }
   run.started = time_at(run.record, "started_at");
   run.ended = time_at(run.record, "ended_at");
   run.exit_code = get_opt<int>(run.record, "exit_code");
-  run.world_size = get_opt<int>(run.record, "world_size").value_or(0);
+  run.world_size = run.record["world_size"].get<int>();
+  run.state = *parse_run_state(run.record["state"].get<std::string>());
+  if (run.state == RunState::Running && !run_lock_held(run.dir)) recover_end(run);
   return run;
 }
 
@@ -129,29 +175,35 @@ RunInfo find_run(const std::string& root, const std::string& query) {
   return *run;
 }
 
-double run_duration_s(const RunInfo& run) {
-  if (auto d = get_opt<double>(run.record, "duration_s")) return *d;
-  if (!run.started) return 0;
-  auto end = run.state == RunState::Running ? std::chrono::system_clock::now() : run.ended.value_or(*run.started);
-  return std::chrono::duration<double>(end - *run.started).count();
+std::optional<double> run_duration_s(const RunInfo& run) {
+  if (run.state == RunState::Unknown) return std::nullopt;
+  if (auto d = get_opt<double>(run.record, "duration_s"); d && run.problem.empty()) return *d;
+  if (!run.started) return std::nullopt;
+  // A lost run's end is unknown: its sgpu died without a word.
+  auto end = run.state == RunState::Running ? std::optional(std::chrono::system_clock::now()) : run.ended;
+  if (!end || *end < *run.started) return std::nullopt;
+  return std::chrono::duration<double>(*end - *run.started).count();
 }
 
 nlohmann::ordered_json run_json(const RunInfo& run) {
   const auto& r = run.record;
   auto field = [&](const char* key) { return r.contains(key) ? r[key] : json(nullptr); };
-  return {{"run_id", run.id},
-          {"run_dir", run.dir},
-          {"state", run_state_name(run.state)},
-          {"host", field("host")},
-          {"sgpu_pid", field("sgpu_pid")},
-          {"detached", r.value("detached", false)},
-          {"started_at", field("started_at")},
-          {"ended_at", field("ended_at")},
-          {"duration_s", std::round(run_duration_s(run) * 1000) / 1000},
-          {"world_size", run.world_size},
-          {"nnodes", r.value("nnodes", 1)},
-          {"exit_code", run.exit_code ? json(*run.exit_code) : json(nullptr)},
-          {"entrypoint", field("entrypoint")}};
+  auto duration = run_duration_s(run);
+  nlohmann::ordered_json out = {{"run_id", run.id},
+                                {"run_dir", run.dir},
+                                {"state", run_state_name(run.state)},
+                                {"host", field("host")},
+                                {"sgpu_pid", field("sgpu_pid")},
+                                {"detached", r.value("detached", false)},
+                                {"started_at", field("started_at")},
+                                {"ended_at", run.ended ? json(iso_time(*run.ended)) : json(nullptr)},
+                                {"duration_s", duration ? json(std::round(*duration * 1000) / 1000) : json(nullptr)},
+                                {"world_size", run.world_size},
+                                {"nnodes", r.value("nnodes", 1)},
+                                {"exit_code", run.exit_code ? json(*run.exit_code) : json(nullptr)},
+                                {"entrypoint", field("entrypoint")}};
+  if (!run.problem.empty()) out["problem"] = run.problem;
+  return out;
 }
 
 nlohmann::ordered_json rank_table(const RunInfo& run) {

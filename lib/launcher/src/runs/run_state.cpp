@@ -1,5 +1,6 @@
 #include "sgpu/launcher/runs/run_state.hpp"
 
+#include <cmath>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -9,7 +10,7 @@
 namespace sgpu::launcher {
 
 namespace {
-constexpr std::string_view kNames[] = {"running", "succeeded", "failed", "timed-out", "cancelled", "lost"};
+constexpr std::string_view kNames[] = {"running", "succeeded", "failed", "timed-out", "cancelled", "lost", "unknown"};
 constexpr std::size_t kMaxCandidatesListed = 10;
 }  // namespace
 
@@ -33,6 +34,69 @@ RunState final_state(env::JobEnd::Kind kind) {
       break;
   }
   return RunState::Failed;
+}
+
+std::optional<RunState> state_of_end_name(std::string_view name) {
+  using Kind = env::JobEnd::Kind;
+  for (auto kind : {Kind::Completed, Kind::RankFailed, Kind::TimedOut, Kind::Interrupted, Kind::SpawnFailed,
+                    Kind::NodeLost, Kind::StoppedByScheduler, Kind::NotStarted})
+    if (env::job_end_name(kind) == name) return final_state(kind);
+  return std::nullopt;
+}
+
+namespace {
+// The largest values a state.json may hold (a node runs at most 4096 ranks).
+constexpr long long kMaxWorldSize = 1 << 24;
+constexpr long long kMaxNodes = 1 << 20;
+constexpr long long kMaxPid = 1 << 22;  // the kernel's pid_max limit
+constexpr long long kMaxExitCode = 255;
+
+std::string field_problem(const nlohmann::json& record, const char* key, bool required, long long low, long long high) {
+  auto it = record.find(key);
+  if (it == record.end() || it->is_null()) return required ? fmt::format("'{}' is missing", key) : "";
+  if (!it->is_number_integer()) return fmt::format("'{}' is {}, not an integer", key, it->dump());
+  auto value = it->is_number_unsigned() && it->get<unsigned long long>() > static_cast<unsigned long long>(high)
+                   ? high + 1
+                   : it->get<long long>();
+  if (value < low || value > high) return fmt::format("'{}' is {}, not {}..{}", key, it->dump(), low, high);
+  return "";
+}
+
+std::string text_problem(const nlohmann::json& record, const char* key, bool required, bool time) {
+  auto it = record.find(key);
+  if (it == record.end() || it->is_null()) return required ? fmt::format("'{}' is missing", key) : "";
+  if (!it->is_string()) return fmt::format("'{}' is {}, not a string", key, it->dump());
+  if (time && !parse_iso_time(it->get<std::string>()))
+    return fmt::format("'{}' is {}, not a time (YYYY-MM-DDTHH:MM:SS.mmmZ)", key, it->dump());
+  return "";
+}
+}  // namespace
+
+std::string state_record_problem(const nlohmann::json& record) {
+  if (!record.is_object()) return "not a JSON object";
+  auto problem = text_problem(record, "state", true, false);
+  if (problem.empty() && !parse_run_state(record["state"].get<std::string>()))
+    problem = fmt::format("'state' is {}, not one of running, succeeded, failed, timed-out, cancelled",
+                          record["state"].dump());
+  for (auto check : {+[](const nlohmann::json& r) { return text_problem(r, "started_at", true, true); },
+                     +[](const nlohmann::json& r) { return text_problem(r, "ended_at", false, true); },
+                     +[](const nlohmann::json& r) { return text_problem(r, "host", false, false); },
+                     +[](const nlohmann::json& r) { return text_problem(r, "entrypoint", false, false); },
+                     +[](const nlohmann::json& r) { return field_problem(r, "world_size", true, 0, kMaxWorldSize); },
+                     +[](const nlohmann::json& r) { return field_problem(r, "nnodes", false, 1, kMaxNodes); },
+                     +[](const nlohmann::json& r) { return field_problem(r, "sgpu_pid", false, 1, kMaxPid); },
+                     +[](const nlohmann::json& r) { return field_problem(r, "exit_code", false, 0, kMaxExitCode); }}) {
+    if (!problem.empty()) break;
+    problem = check(record);
+  }
+  if (problem.empty() && record.contains("detached") && !record["detached"].is_boolean())
+    problem = fmt::format("'detached' is {}, not true or false", record["detached"].dump());
+  if (problem.empty() && record.contains("duration_s") && !record["duration_s"].is_null()) {
+    const auto& d = record["duration_s"];
+    if (!d.is_number() || !std::isfinite(d.get<double>()) || d.get<double>() < 0)
+      problem = fmt::format("'duration_s' is {}, not a number of seconds", d.dump());
+  }
+  return problem;
 }
 
 RunState observed_state(RunState recorded, bool lock_held) {

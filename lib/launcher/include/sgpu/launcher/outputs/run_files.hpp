@@ -27,7 +27,8 @@ class AppendFile {
   AppendFile() = default;
   // Creates (or truncates, unless `keep`) the file; throws sgpu::Error naming it.
   explicit AppendFile(const std::string& path, bool keep = false);
-  // Created (with its directory) on the first append or create(), never
+  // Created (with its directory and the one above it, never more: the run
+  // directory is not made again) on the first append or create(), never
   // before: a launcher of thousands of remote ranks must not stall its event
   // loop creating files for them all at once. Failures go to error().
   static AppendFile deferred(const std::string& path);
@@ -58,7 +59,7 @@ class AppendFile {
 };
 
 // Writes `content` to a temporary file next to `path` and renames it over
-// `path`. Throws sgpu::Error naming the path.
+// `path`. Throws sgpu::Error naming the path; the temporary file is gone then.
 void write_file_atomic(const std::string& path, std::string_view content);
 
 // The file's contents, at most `max_bytes` from its end when `tail`, else its

@@ -55,6 +55,10 @@ class RunLog : public JobObserver {
 
   // After a run with restarts: the last attempt's files also in its attempt-<k>/.
   void keep_last_attempt();
+  // Every file opened again, at its path: the run directory was made again
+  // after it was deleted (the files open until now were deleted with it).
+  // Throws sgpu::Error when events.jsonl cannot be created.
+  void reopen();
   // Appends one line: `event` with "ts" first.
   void append_event(const nlohmann::ordered_json& event);
   // Files that could not be written in full ("ranks/2/stdout: No space left on device").

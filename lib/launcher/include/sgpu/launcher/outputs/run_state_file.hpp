@@ -27,7 +27,13 @@ class RunStateFile {
   // Records the end; the lock stays held until destruction. Throws sgpu::Error.
   void finish(RunState state, int exit_code, Clock::time_point started, Clock::time_point ended, double duration_s);
 
+  // The lock and state.json again, in a run directory made again after it
+  // was deleted while the run was live. Throws sgpu::Error.
+  void rewrite();
+
  private:
+  void take_lock();
+
   std::string path_;
   nlohmann::ordered_json record_;
   int lock_fd_ = -1;

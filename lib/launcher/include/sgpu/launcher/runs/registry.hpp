@@ -22,6 +22,10 @@ struct RunInfo {
   std::optional<std::chrono::system_clock::time_point> started, ended;
   std::optional<int> exit_code;
   int world_size = 0;
+  // Why the record is not the whole truth: "<dir>/state.json: 'world_size'
+  // is ..." (state Unknown: nothing else is read from it), or that the end
+  // came from events.jsonl or summary.json. Empty when state.json says it all.
+  std::string problem;
 };
 
 // True while some process holds the run's lock (its supervisor).
@@ -32,7 +36,9 @@ bool run_lock_held(const std::string& run_dir);
 std::vector<std::string> run_ids(const std::string& root);
 
 // The run in <root>/<id>, or nullopt when it has no state.json (a run whose
-// ranks have not started yet, or a directory that is not a run).
+// ranks have not started yet, or a directory that is not a run). A
+// state.json that cannot be read or believed gives a run in state Unknown
+// with its `problem`: listed like any other, never skipped.
 std::optional<RunInfo> read_run(const std::string& root, const std::string& id);
 
 // Runs newest first; at most `limit` of them when given.
@@ -43,9 +49,12 @@ RunInfo find_run(const std::string& root, const std::string& query);
 
 // One line of `sgpu runs -o json`: run_id, run_dir, state, host, sgpu_pid,
 // started_at, ended_at, duration_s (so far, while running), world_size,
-// nnodes, exit_code (null until it ends, and for a lost run), entrypoint.
+// nnodes, exit_code (null until it ends, and for a lost run), entrypoint;
+// problem when there is one.
 nlohmann::ordered_json run_json(const RunInfo& run);
-double run_duration_s(const RunInfo& run);
+// Seconds from start to end (to now while running); nullopt when unknown
+// (a lost run, an unreadable one).
+std::optional<double> run_duration_s(const RunInfo& run);
 
 // Per-rank state for `sgpu status`: from summary.json once the run ended,
 // else from events.jsonl (rank_started, rank_exited).

@@ -10,19 +10,33 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sgpu/env/exit_code.hpp"
 
 namespace sgpu::launcher {
 
-enum class RunState { Running, Succeeded, Failed, TimedOut, Cancelled, Lost };
+// Unknown: its state.json cannot be believed (not JSON, a field missing or
+// out of range); RunInfo::problem says what.
+enum class RunState { Running, Succeeded, Failed, TimedOut, Cancelled, Lost, Unknown };
 
-// "running", "succeeded", "failed", "timed-out", "cancelled", "lost".
+// "running", "succeeded", "failed", "timed-out", "cancelled", "lost", "unknown".
 std::string_view run_state_name(RunState state);
 std::optional<RunState> parse_run_state(std::string_view name);
 
 // The state a supervisor records when its job ends. Interrupted (Ctrl-C,
 // `sgpu cancel`, SIGTERM/SIGHUP to sgpu) is cancelled.
 RunState final_state(env::JobEnd::Kind kind);
+
+// The state a recorded end's name (events.jsonl's run_finished, summary.json's
+// "status": "completed", "rank_failed", ...) maps to; nullopt for no such name.
+std::optional<RunState> state_of_end_name(std::string_view name);
+
+// What is wrong with a state.json's record, "" when nothing: "state" (a known
+// state's name), "started_at" (a time) and "world_size" are required;
+// world_size, nnodes, sgpu_pid, exit_code and duration_s must be in range,
+// every field of its type.
+std::string state_record_problem(const nlohmann::json& record);
 
 // What a reader reports: a run recorded as running whose lock nobody holds
 // lost its supervisor (killed, machine rebooted) before it recorded an end.
