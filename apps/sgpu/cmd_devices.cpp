@@ -5,7 +5,7 @@
 
 #include "commands.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 
 namespace sgpu::app {
 

@@ -13,7 +13,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/preflight/worker.hpp"
 #include "startup.hpp"

@@ -13,7 +13,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/env/rank_list.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/follow.hpp"
 #include "sgpu/launcher/runs/registry.hpp"

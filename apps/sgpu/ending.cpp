@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "sgpu/env/exit_code.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
 
 namespace sgpu::app {

@@ -11,7 +11,7 @@
 #include "commands.hpp"
 #include "ending.hpp"
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/process/orphan_reaper.hpp"
 #include "startup.hpp"
 

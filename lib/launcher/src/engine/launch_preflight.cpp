@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 
 namespace sgpu::launcher {

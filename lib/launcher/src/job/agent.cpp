@@ -18,7 +18,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"

@@ -1,6 +1,6 @@
 #include "sgpu/launcher/outputs/error_file.hpp"
 
-#include "sgpu/launcher/outputs/json_depth.hpp"
+#include "sgpu/launcher/io/json_depth.hpp"
 
 #include <vector>
 

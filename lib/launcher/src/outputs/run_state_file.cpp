@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
 
 namespace sgpu::launcher {

@@ -5,8 +5,8 @@
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/env/secrets.hpp"
-#include "sgpu/launcher/outputs/json_depth.hpp"
-#include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/io/json_depth.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 

@@ -12,7 +12,7 @@
 #include "devices/shared_library.hpp"
 #include "preflight/allreduce_run.hpp"
 #include "preflight/health_json.hpp"
-#include "sgpu/launcher/outputs/json_depth.hpp"
+#include "sgpu/launcher/io/json_depth.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 
 namespace sgpu::launcher::preflight {

@@ -22,8 +22,8 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
-#include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/io/print.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 
 namespace sgpu::launcher {
 namespace fs = std::filesystem;

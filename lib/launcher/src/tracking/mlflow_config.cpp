@@ -10,7 +10,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/env/secrets.hpp"
-#include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/tracking/mlflow.hpp"
 #include "tracking/mlflow_api.hpp"
 

@@ -10,7 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/status.hpp>
 
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/tracking/mlflow.hpp"
 #include "tracking/http_client.hpp"
 #include "tracking/mlflow_api.hpp"

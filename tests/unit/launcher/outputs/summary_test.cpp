@@ -2,7 +2,7 @@
 
 #include <doctest/doctest.h>
 
-#include "sgpu/launcher/outputs/json_depth.hpp"
+#include "sgpu/launcher/io/json_depth.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
 

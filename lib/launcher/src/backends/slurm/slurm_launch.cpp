@@ -20,7 +20,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/rendezvous/endpoint.hpp"
 #include "sgpu/rendezvous/host_info.hpp"
 

@@ -20,7 +20,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include "sgpu/launcher/outputs/file_writer_thread.hpp"
-#include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 
 namespace sgpu::launcher {
 

@@ -39,7 +39,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
-#include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/output_flow.hpp"
 

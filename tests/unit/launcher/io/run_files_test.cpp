@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 
 namespace fs = std::filesystem;
 using sgpu::launcher::AppendFile;

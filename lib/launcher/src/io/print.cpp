@@ -1,4 +1,4 @@
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 
 #include <poll.h>
 #include <unistd.h>

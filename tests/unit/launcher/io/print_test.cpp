@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 
 using namespace sgpu::launcher;
 

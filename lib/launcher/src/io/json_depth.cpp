@@ -1,4 +1,4 @@
-#include "sgpu/launcher/outputs/json_depth.hpp"
+#include "sgpu/launcher/io/json_depth.hpp"
 
 #include <algorithm>
 

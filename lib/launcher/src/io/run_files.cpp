@@ -1,4 +1,4 @@
-#include "sgpu/launcher/outputs/run_files.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "sgpu/launcher/runs/detach.hpp"
+#include "engine/detach.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/outputs/print.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
 #include "sgpu/launcher/runs/run_state.hpp"
 
