@@ -55,7 +55,7 @@ void tell_why_not_started(const std::string& run_id, const std::string& run_dir,
   env::JobEnd end;
   end.kind = env::JobEnd::Kind::NotStarted;
   end.reason = why;
-  end.code = code;
+  end.cause_code = code;
   output(dump_json(not_started_json(run_id, run_dir, end)));
 }
 
