@@ -4,11 +4,13 @@ synthetic 2 sockets x 2 NUMA nodes x 16 cores machine with 8 fake GPUs."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
 
 from conftest import newest_summary, sgpu_bin
+from slurm_cluster import slurm_cluster  # noqa: F401 (fixture)
 
 # Each rank writes what the kernel says of it to $SGPU_RESULT_FILE.
 RANK = """
@@ -157,3 +159,38 @@ def test_a_topology_hwloc_cannot_read_is_an_error(eight_fake_gpus):
                    env=dict(sgpu.env, SGPU_TEST_HWLOC_TOPOLOGY="pack:two"))
     assert res.returncode == 2
     assert "--cpu-bind numa: SGPU_TEST_HWLOC_TOPOLOGY=pack:two: hwloc cannot read" in res.stderr, res.stderr
+
+
+AFFINITY = """
+import json, os, sys
+with open(os.path.join(os.environ["OUT_DIR"], f"aff-{os.environ['RANK']}.json"), "w") as f:
+    json.dump({"node": os.environ.get("SLURMD_NODENAME"), "cpus": sorted(os.sched_getaffinity(0)),
+               "omp": os.environ.get("OMP_NUM_THREADS")}, f)
+"""
+
+
+@needs_two_cpus
+def test_each_slurm_node_binds_its_own_ranks(slurm_cluster, sgpu_env, tmp_path):  # noqa: F811 (the fixture)
+    # The SLURM test cluster (scripts/slurm-cluster) binds nothing itself
+    # (task/none); each node's agent binds its ranks with its own topology.
+    cluster = slurm_cluster
+    out = tmp_path / "out"
+    out.mkdir()
+    program = tmp_path / "aff.py"
+    program.write_text(AFFINITY)
+    env = dict(sgpu_env, SLURM_CONF=cluster.env["SLURM_CONF"], OUT_DIR=str(out))
+    for var in [v for v in env if v.startswith("SLURM_") and v != "SLURM_CONF"]:
+        del env[var]
+    res = cluster.run("salloc", "-N2", sgpu_bin(), "launch", "--nproc", "2", "--cpu-bind", "core",
+                      "--report-bindings", program, env=env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    ranks = [json.loads((out / f"aff-{r}.json").read_text()) for r in range(4)]
+    assert [len(r["cpus"]) for r in ranks] == [1, 1, 1, 1], ranks
+    for node in (ranks[:2], ranks[2:]):
+        assert node[0]["node"] == node[1]["node"] and node[0]["cpus"] != node[1]["cpus"]
+    assert {r["omp"] for r in ranks} == {"1"}
+    # Each node's agent says its own, in the run's slurm.log (where the agents' stderr goes).
+    log = (pathlib.Path(newest_summary(env)["run_dir"]) / "slurm.log").read_text()
+    reported = re.findall(r"sgpu: (\S+): rank (\d): cores (\d+), NUMA node", log)
+    assert sorted((int(rank), node, [int(cpu)]) for node, rank, cpu in reported) == \
+        [(r, ranks[r]["node"], ranks[r]["cpus"]) for r in range(4)], log
