@@ -102,9 +102,10 @@ std::vector<RankBinding> plan_bindings(CpuBind mode, const Topology& topology, c
   for (std::size_t i = 0; i < rank_numa.size(); ++i) {
     int numa = rank_numa[i];
     if (numa >= 0 && domain(cores, numa).empty())
-      throw Error(fmt::format("{}: the GPU of local rank {} is on NUMA node {}, which has none of the CPUs sgpu may "
-                              "use ({}); use --cpu-bind core or none",
-                              where, i, numa, cpu_list_text(all_cpus(topology))));
+      throw Error(
+          fmt::format("{}: the GPU of local rank {} is on NUMA node {}, which has none of the CPUs sgpu may "
+                      "use ({}); use --cpu-bind core or none",
+                      where, i, numa, cpu_list_text(all_cpus(topology))));
     by_domain[numa].push_back(i);
   }
   std::vector<RankBinding> out(rank_numa.size());
@@ -163,8 +164,7 @@ std::string cpu_list_text(const std::vector<int>& cpus) {
   for (std::size_t i = 0; i < cpus.size();) {
     std::size_t j = i;
     while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") +
-           (j == i ? std::to_string(cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]));
+    out += (out.empty() ? "" : ",") + (j == i ? std::to_string(cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]));
     i = j + 1;
   }
   return out;

@@ -33,8 +33,8 @@ std::vector<std::string> lines(CpuBind mode, const Topology& t, const std::vecto
   for (std::size_t r = 0; r < bindings.size(); ++r) {
     std::optional<int> gpu;
     if (rank_numa[r] >= 0) gpu = static_cast<int>(r);
-    out.push_back(binding_line(static_cast<int>(r), gpu, bindings[r], mode != CpuBind::None) +
-                  " / OMP " + std::to_string(bindings[r].cores));
+    out.push_back(binding_line(static_cast<int>(r), gpu, bindings[r], mode != CpuBind::None) + " / OMP " +
+                  std::to_string(bindings[r].cores));
   }
   return out;
 }
