@@ -194,3 +194,21 @@ def test_each_slurm_node_binds_its_own_ranks(slurm_cluster, sgpu_env, tmp_path):
     reported = re.findall(r"sgpu: (\S+): rank (\d): cores (\d+), NUMA node", log)
     assert sorted((int(rank), node, [int(cpu)]) for node, rank, cpu in reported) == \
         [(r, ranks[r]["node"], ranks[r]["cpus"]) for r in range(4)], log
+
+
+def numa_nodes():
+    return sorted(p.name for p in pathlib.Path("/sys/devices/system/node").glob("node[0-9]*"))
+
+
+@pytest.mark.skipif(numa_nodes() != ["node0"], reason="needs a machine with one NUMA node")
+def test_gpu_ranks_are_bound_to_their_gpus_numa_node_as_nvml_says(eight_fake_gpus):
+    # The real launch path on this machine's topology, the GPUs' NUMA node from the fake NVML.
+    sgpu = eight_fake_gpus
+    env = dict(sgpu.env, SGPU_FAKE_DRIVER_GPUS="2", SGPU_FAKE_DRIVER_NUMA="0,0")
+    del env["SGPU_TEST_HWLOC_TOPOLOGY"]
+    res, summary, ranks = run_ranks(sgpu, "--gpus", "2", "--cpu-bind", "numa", "--report-bindings", env=env)
+    assert [r["cpus"] for r in ranks] == [ALLOWED, ALLOWED]
+    assert [r["omp"] for r in ranks] == [str(cores_of(ALLOWED))] * 2
+    for rank in range(2):
+        assert f"sgpu: rank {rank} (GPU {rank}): cores {cpu_list(ALLOWED)}, NUMA node 0\n" in res.stderr, res.stderr
+        assert summary["ranks"][rank]["binding"]["numa_node"] == 0
