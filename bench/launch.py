@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 from harness import Peer, median, run_once, tail, describe_exit
-from peers import alternate, launchers, missing_tools, rows_for
+from peers import alternate, launchers, missing_tools, rows_for, sgpu
 from report import Section, fmt_ratio, shell, timing_table
 
 N = 8
@@ -117,6 +117,7 @@ def run(ctx):
     fl = next(r for r in rows if r.peer.role == "floor")
     if fl.ok and base.ok:
         s.headline.append(("sgpu ÷ floor (bash & wait)", fmt_ratio(median(base.values) / median(fl.values))))
+    bound_ranks(ctx, s)
     if not ctx.quick:
         many_ranks(ctx, s)
     if ctx.quick:
@@ -124,6 +125,25 @@ def run(ctx):
         if not all(c.startswith("no ratio") for c in cells[4:6]):
             s.sgpu_failure = "self-check: a failing peer was given a ratio"
     return s
+
+
+def bound_ranks(ctx, s):
+    """8 ranks of /bin/true with and without --cpu-bind core: what reading the topology (hwloc) and binding each
+    rank between clone and exec adds to a start (the aim: under 1 ms a rank)."""
+    peers = [Peer("sgpu", [*sgpu(ctx, N), "--no-python", "/bin/true"], "sgpu"),
+             Peer("sgpu --cpu-bind core", [*sgpu(ctx, N), "--cpu-bind", "core", "--no-python", "/bin/true"])]
+    rows = rows_for(peers)
+    runs = ["--runs", "3" if ctx.quick else "10", "--warmup", "1"]
+    alternate(ctx, "launch-bound", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i, runs))
+    s.more_tables.append((f"{N} ranks of /bin/true, unbound and each bound to a core (`--cpu-bind core`):",
+                          timing_table(rows)))
+    s.commands += [shell(["hyperfine", "-N", *runs, shlex.join(r.peer.argv)]) for r in rows]
+    plain, bound = rows
+    if not bound.ok:
+        s.sgpu_failure = f"--cpu-bind core: {bound.failure}"
+    elif plain.ok:
+        per_rank_ms = (median(bound.values) - median(plain.values)) / N * 1000
+        s.headline.append(("--cpu-bind core, cost per rank", f"{per_rank_ms:+.2f} ms"))
 
 
 def many_ranks(ctx, s):

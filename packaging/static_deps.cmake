@@ -13,6 +13,12 @@
 #                 package's defines.
 #   Boost.Filesystem, OpenSSL's libcrypto: Debian's .a archives.
 #   libstdc++, libgcc: -static-libstdc++ -static-libgcc.
+#   hwloc         Debian's libhwloc.a (built without libxml2: its own XML
+#                 reader). Its Linux backend calls five libudev functions
+#                 (block devices' serial numbers), and Debian ships libudev
+#                 only shared: packaging/udev_stub.cpp answers "no udev", as
+#                 on a machine without it (hwloc then reads /sys), and sgpu
+#                 never asks hwloc for I/O devices.
 
 # ccache, when installed (pip's build does not go through scripts/build):
 # paths relative to the checkout and no hashed cwd, so another checkout (a
@@ -37,6 +43,13 @@ add_library(sgpu_tomlplusplus_static STATIC ${PROJECT_SOURCE_DIR}/packaging/toml
 target_include_directories(sgpu_tomlplusplus_static SYSTEM PUBLIC ${SGPU_TOML_INCLUDE_DIR})
 target_compile_options(sgpu_tomlplusplus_static PUBLIC -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1)
 add_library(tomlplusplus::tomlplusplus ALIAS sgpu_tomlplusplus_static)
+
+find_path(SGPU_HWLOC_INCLUDE_DIR hwloc.h REQUIRED)
+find_library(SGPU_HWLOC_A libhwloc.a REQUIRED)
+add_library(sgpu_udev_stub STATIC ${PROJECT_SOURCE_DIR}/packaging/udev_stub.cpp)
+add_library(sgpu_hwloc INTERFACE)
+target_include_directories(sgpu_hwloc SYSTEM INTERFACE ${SGPU_HWLOC_INCLUDE_DIR})
+target_link_libraries(sgpu_hwloc INTERFACE ${SGPU_HWLOC_A} sgpu_udev_stub m)
 
 # After find_package(Boost): the same imported targets (and so the same
 # compile definitions), pointed at the static archives.

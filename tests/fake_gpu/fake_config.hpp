@@ -29,6 +29,21 @@ inline long long keyed(const char* variable, int key, long long otherwise, long 
   return colon == std::string::npos ? present : std::atoll(text.c_str() + colon + 1);
 }
 
+// "0,0,1,1" -> 1 when asked for entry 2; -1 when unset or too short.
+inline int nth_number(const char* variable, int n) {
+  const char* v = env(variable);
+  if (v == nullptr) return -1;
+  std::string text(v);
+  std::size_t at = 0;
+  for (int i = 0; i < n; ++i) {
+    at = text.find(',', at);
+    if (at == std::string::npos) return -1;
+    ++at;
+  }
+  if (at >= text.size() || text[at] < '0' || text[at] > '9') return -1;
+  return std::atoi(text.c_str() + at);
+}
+
 inline std::string bus_id(int index) {
   char text[32];
   std::snprintf(text, sizeof text, "00000000:%02X:00.0", 0x18 + index);

@@ -82,6 +82,17 @@ Ret nvmlDeviceGetPciInfo_v3(void* d, PciInfo* p) {
   p->bus = static_cast<unsigned>(0x18 + index_of(d));
   return kOk;
 }
+// SGPU_FAKE_DRIVER_NUMA="0,0,1,1": GPU i's NUMA node, the i-th entry; unset
+// (or no entry for the GPU): NVML cannot tell, as on a machine without NUMA.
+Ret nvmlDeviceGetMemoryAffinity(void* d, unsigned words, unsigned long* set, int scope) {
+  int node = sgpu_fake::nth_number("SGPU_FAKE_DRIVER_NUMA", index_of(d));
+  if (node < 0 || scope != 0) return kNotSupported;
+  if (static_cast<unsigned>(node) >= words * 8 * sizeof(unsigned long)) return 7;  // NVML_ERROR_INSUFFICIENT_SIZE
+  std::memset(set, 0, words * sizeof(unsigned long));
+  set[node / (8 * sizeof(unsigned long))] = 1UL << (node % (8 * sizeof(unsigned long)));
+  return kOk;
+}
+Ret nvmlDeviceGetCpuAffinity(void*, unsigned, unsigned long*) { return kNotSupported; }
 Ret nvmlDeviceGetTotalEccErrors(void* d, int error_type, int counter, unsigned long long* count) {
   bool uncorrected_volatile = error_type == 1 && counter == 0;
   *count = uncorrected_volatile

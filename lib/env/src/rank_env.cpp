@@ -25,7 +25,7 @@ Environment build_rank_env(const Environment& inherited, const JobEnvironment& j
   auto set_default = [&](const std::string& name, const std::string& value) {
     if (!is_set(inherited, job, name)) env[name] = value;
   };
-  set_default("OMP_NUM_THREADS", "1");
+  set_default("OMP_NUM_THREADS", std::to_string(job.omp_threads));
   set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   // Only the name torch 2.2 and later read, as torchrun sets it: given the
   // old NCCL_ASYNC_ERROR_HANDLING too, they warn on every rank. Torch older

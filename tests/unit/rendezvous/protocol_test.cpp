@@ -17,7 +17,7 @@ Nonce nonce_of(std::uint8_t seed) {
 }
 
 std::vector<Message> one_of_each() {
-  sgpu::env::Gpu gpu{3, "NVIDIA H100 80GB HBM3", "H100", 85899345920ULL, "GPU-8e3f", "00000000:18:00.0", false};
+  sgpu::env::Gpu gpu{3, "NVIDIA H100 80GB HBM3", "H100", 85899345920ULL, "GPU-8e3f", "00000000:18:00.0", false, -1, {}};
   JobEnd cause;
   cause.kind = JobEnd::Kind::Interrupted;
   cause.signal = SIGTERM;

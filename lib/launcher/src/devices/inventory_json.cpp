@@ -18,8 +18,8 @@ std::vector<env::Gpu> parse_inventory_json(std::string_view text, const std::str
     throw Error(
         fmt::format("{}: not valid JSON; expected a list like [{{\"name\": \"NVIDIA H100 80GB HBM3\"}}]", source));
   if (!doc.is_array()) throw Error(fmt::format("{}: expected a JSON list of GPUs", source));
-  static const std::set<std::string> kFields = {"index", "name",       "type",    "memory_bytes",
-                                                "uuid",  "pci_bus_id", "visible", "cuda_index"};
+  static const std::set<std::string> kFields = {"index",      "name",    "type",       "memory_bytes", "uuid",
+                                                "pci_bus_id", "visible", "cuda_index", "numa_node"};
   std::vector<env::Gpu> gpus;
   std::set<int> indices;
   for (std::size_t i = 0; i < doc.size(); ++i) {
@@ -31,8 +31,8 @@ std::vector<env::Gpu> parse_inventory_json(std::string_view text, const std::str
     for (const auto& [k, v] : item.items())
       if (!kFields.contains(k))
         throw bad(
-            fmt::format("unknown field \"{}\"; valid: index, name, type, memory_bytes, uuid, pci_bus_id "
-                        "(visible and cuda_index are recomputed from CUDA_VISIBLE_DEVICES)",
+            fmt::format("unknown field \"{}\"; valid: index, name, type, memory_bytes, uuid, pci_bus_id, "
+                        "numa_node (visible and cuda_index are recomputed from CUDA_VISIBLE_DEVICES)",
                         k));
     auto text_field = [&](const char* name, const std::string& fallback) {
       if (!item.contains(name)) return fallback;
@@ -55,6 +55,10 @@ std::vector<env::Gpu> parse_inventory_json(std::string_view text, const std::str
       if (!item["memory_bytes"].is_number_unsigned()) throw bad("\"memory_bytes\" must be a number of bytes");
       g.memory_bytes = item["memory_bytes"].get<std::uint64_t>();
     }
+    if (item.contains("numa_node")) {
+      if (!item["numa_node"].is_number_unsigned()) throw bad("\"numa_node\" must be a number from 0");
+      g.numa_node = item["numa_node"].get<int>();
+    }
     gpus.push_back(std::move(g));
   }
   std::sort(gpus.begin(), gpus.end(), [](const env::Gpu& a, const env::Gpu& b) { return a.index < b.index; });
@@ -68,15 +72,14 @@ std::string devices_json(const Discovery& d) {
   int visible = 0;
   for (const auto& g : d.gpus) rows.emplace_back(g, g.visible ? visible++ : -1);
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first.index < b.first.index; });
-  for (const auto& [g, cuda_index] : rows)
-    out.push_back({{"index", g.index},
-                   {"name", g.name},
-                   {"type", g.type},
-                   {"memory_bytes", g.memory_bytes},
-                   {"uuid", g.uuid},
-                   {"pci_bus_id", g.pci_bus_id},
-                   {"visible", g.visible},
-                   {"cuda_index", cuda_index < 0 ? json(nullptr) : json(cuda_index)}});
+  for (const auto& [g, cuda_index] : rows) {
+    json row = {{"index", g.index},     {"name", g.name},
+                {"type", g.type},       {"memory_bytes", g.memory_bytes},
+                {"uuid", g.uuid},       {"pci_bus_id", g.pci_bus_id},
+                {"visible", g.visible}, {"cuda_index", cuda_index < 0 ? json(nullptr) : json(cuda_index)}};
+    if (g.numa_node >= 0) row["numa_node"] = g.numa_node;  // where NVML tells it (--cpu-bind)
+    out.push_back(std::move(row));
+  }
   return out.dump(2) + "\n";
 }
 

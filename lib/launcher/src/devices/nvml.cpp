@@ -65,12 +65,43 @@ struct Nvml {
       lib.function<NvmlReturn (*)(NvmlDeviceHandle, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
   NvmlReturn (*pci)(NvmlDeviceHandle, NvmlPciInfo*) =
       lib.function<NvmlReturn (*)(NvmlDeviceHandle, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3");
+  // (device, words, bitmask, scope): the NUMA nodes nearest the GPU (R470 and later)
+  NvmlReturn (*memory_affinity)(NvmlDeviceHandle, unsigned, unsigned long*, int) =
+      lib.function<NvmlReturn (*)(NvmlDeviceHandle, unsigned, unsigned long*, int)>("nvmlDeviceGetMemoryAffinity");
+  // (device, words, bitmask): the CPUs nearest the GPU
+  NvmlReturn (*cpu_affinity)(NvmlDeviceHandle, unsigned, unsigned long*) =
+      lib.function<NvmlReturn (*)(NvmlDeviceHandle, unsigned, unsigned long*)>("nvmlDeviceGetCpuAffinity");
 
   std::string why(NvmlReturn r) const {
     const char* text = error_string != nullptr ? error_string(r) : nullptr;
     return fmt::format("{} (NVML error {})", text != nullptr ? text : "unknown error", r);
   }
 };
+
+constexpr int kAffinityScopeNode = 0;  // NVML_AFFINITY_SCOPE_NODE
+constexpr unsigned kMaskWords = 64;    // 4096 CPUs or NUMA nodes
+constexpr unsigned kWordBits = 8 * sizeof(unsigned long);
+
+std::vector<int> bits_of(const std::array<unsigned long, kMaskWords>& mask) {
+  std::vector<int> out;
+  for (unsigned w = 0; w < kMaskWords; ++w)
+    for (unsigned b = 0; b < kWordBits; ++b)
+      if ((mask[w] >> b) & 1UL) out.push_back(static_cast<int>(w * kWordBits + b));
+  return out;
+}
+
+// The GPU's NUMA node, else the CPUs nearest it (binding, plan/binding.hpp).
+void read_locality(const Nvml& nvml, NvmlDeviceHandle device, env::Gpu& g) {
+  std::array<unsigned long, kMaskWords> mask{};
+  if (nvml.memory_affinity &&
+      nvml.memory_affinity(device, kMaskWords, mask.data(), kAffinityScopeNode) == kNvmlSuccess) {
+    auto nodes = bits_of(mask);
+    if (nodes.size() == 1) g.numa_node = nodes.front();
+  }
+  mask.fill(0);
+  if (g.numa_node < 0 && nvml.cpu_affinity && nvml.cpu_affinity(device, kMaskWords, mask.data()) == kNvmlSuccess)
+    g.local_cpus = bits_of(mask);
+}
 
 }  // namespace
 
@@ -117,6 +148,7 @@ DriverReport query_nvml() {
     if (nvml.memory && nvml.memory(device, &memory) == kNvmlSuccess) g.memory_bytes = memory.total;
     NvmlPciInfo pci{};
     if (nvml.pci && nvml.pci(device, &pci) == kNvmlSuccess) g.pci_bus_id = pci.bus_id;
+    read_locality(nvml, device, g);
     report.gpus.push_back(std::move(g));
   }
   nvml.shutdown();

@@ -12,6 +12,7 @@
 #include "engine/launch_preflight.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/backend.hpp"
+#include "sgpu/launcher/devices/topology.hpp"
 #include "sgpu/launcher/outputs/outputs.hpp"
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
@@ -227,8 +228,10 @@ int dry_run(LaunchRequest request) {
     in.config = request.config;
     in.runs_root = std::filesystem::absolute(runs_root(ctx.spec.log_dir, ctx.inherited)).string();
     bool here = std::any_of(layout.nodes.begin(), layout.nodes.end(), [](const auto& n) { return n.gpus.has_value(); });
-    if (here) {  // ranks run on this node: their program is looked up now
+    if (here) {  // ranks run on this node: their program is looked up now, their binding made
       in.executable = resolve_program(ctx.spec, ctx.inherited, ctx.cwd);
+      if (needs_topology(ctx.spec))
+        in.topology = load_topology(ctx.inherited, where_set(ctx.spec, "resources.cpu_bind", "--cpu-bind"));
     } else {
       in.executable = program_name(ctx.spec);  // remote nodes resolve their own, at launch
     }

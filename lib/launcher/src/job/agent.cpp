@@ -17,6 +17,7 @@
 
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
+#include "sgpu/launcher/devices/topology.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
@@ -61,6 +62,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   std::string run_id;
   std::string executable;
   Discovery discovery;
+  std::optional<Topology> topology;  // this node's, read when --cpu-bind or --report-bindings asks
   int local_ranks = 0;
   rdzv::Assign assign;
   std::optional<rdzv::PortReservation> master_port;  // node 0 holds MASTER_PORT for the run
@@ -99,6 +101,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   PlanInputs inputs(int port, const std::string& master_addr) const {
     PlanInputs in;
     in.inventory = discovery.gpus;
+    in.topology = topology;
     in.inherited = options.environment;
     in.run_id = run_id;
     in.run_dir = run_dir;
@@ -136,6 +139,8 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       // --nproc gpu/auto/cpu means this node's GPUs or CPUs: resolved here, where they are.
       resolve_nproc_mode(spec, discovery.gpus, static_cast<int>(std::max(1U, std::thread::hardware_concurrency())));
       local_ranks = rank_count(spec, discovery.gpus);
+      // Each node binds its ranks with its own topology (and its own allocation's CPUs).
+      if (needs_topology(spec)) topology = load_topology(options.environment, "--cpu-bind");
       executable = resolve_program(spec, options.environment, cwd);
       make_plan(spec, inputs(0, "127.0.0.1"));  // everything but the placement checked before joining
     } catch (const Error& e) {
@@ -241,7 +246,12 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     }
     for (auto& r : plan.ranks) {
       if (options.rank_environment) options.rank_environment(r.place, r.env);
-      launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd});
+      launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd, {}, -1});
+      if (const auto* b = applied_binding(plan, r)) {
+        launches.back().cpus = b->cpus;
+        launches.back().numa_node = b->numa_node;
+      }
+      if (plan.report_bindings) fmt::print(stderr, "sgpu: {}: {}\n", options.node_name, report_line(plan, r));
       files[r.place.rank] = r.files;
     }
     // The launcher owns the job's time limit; this node only stops when told.

@@ -44,6 +44,8 @@ std::string encode_job(const JobDescription& job) {
   j["nproc_mode"] = s.nproc_mode;  // torchrun's gpu/auto/cpu: each agent resolves it on its node
   j["gpu_type"] = s.gpu_type;
   j["gpu_bind"] = s.gpu_bind == GpuBind::PerRank ? "per-rank" : "node";
+  j["cpu_bind"] = cpu_bind_name(s.cpu_bind);  // each agent binds its ranks with its own node's topology
+  j["report_bindings"] = s.report_bindings;
   j["master_port"] = s.master_port ? json(*s.master_port) : json();
   j["timeout"] = s.timeout;
   j["grace"] = s.grace;
@@ -87,6 +89,10 @@ JobDescription decode_job(std::string_view text) {
     std::string bind = "node";
     take(j, "gpu_bind", bind);
     s.gpu_bind = bind == "per-rank" ? GpuBind::PerRank : GpuBind::Node;
+    std::string cpu_bind = "none";
+    take(j, "cpu_bind", cpu_bind);
+    s.cpu_bind = parse_cpu_bind(cpu_bind).value_or(CpuBind::None);
+    take(j, "report_bindings", s.report_bindings);
     take(j, "master_port", s.master_port);
     take(j, "timeout", s.timeout);
     take(j, "grace", s.grace);

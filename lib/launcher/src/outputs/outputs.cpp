@@ -134,6 +134,15 @@ struct JobOutputs::Impl {
                           {"spec", "spec.json"}});
     dir_watch.emplace(io, plan.run_dir, [this] { run_dir_deleted(); });
     fanout.add(*dir_watch);
+    for (const auto& r : plan.ranks) {
+      if (!r.binding) continue;
+      auto event = nlohmann::ordered_json{
+          {"event", "rank_binding"},
+          {"rank", r.place.rank},
+          {"gpu", r.gpus.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.gpus.front())}};
+      event.update(binding_json(*r.binding, plan.cpu_bind != CpuBind::None));
+      run_log.append_event(event);
+    }
     fanout.add(run_log);
     fanout.add(console);
     if (sink.has_status()) {
@@ -214,6 +223,7 @@ struct JobOutputs::Impl {
       else if (result && json_nesting_depth(*result) > kMaxRankJsonDepth)
         problem = fmt::format("JSON nested deeper than {} levels", kMaxRankJsonDepth);
       if (result) rank.result_file = r.files.result_file;
+      if (r.binding) rank.binding = binding_json(*r.binding, plan.cpu_bind != CpuBind::None);
       if (!problem.empty()) {
         report.warnings.push_back(
             fmt::format("{}: {}, left out of the summary (result null)", r.files.result_file, problem));

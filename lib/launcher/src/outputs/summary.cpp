@@ -122,6 +122,7 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"gpus", gpus},
       {"gpu_type", plan.gpu_type},
       {"gpu_bind", spec.gpu_bind == GpuBind::PerRank ? "per-rank" : "node"},
+      {"cpu_bind", cpu_bind_name(spec.cpu_bind)},
       {"master_addr", plan.master_addr.empty() ? "127.0.0.1" : plan.master_addr},
       {"master_port", plan.master_port},
       {"timeout_s", seconds_or_null(plan.timeout)},
@@ -160,6 +161,7 @@ json summary_json(const RunReport& report, const json& spec) {
                 {"result_file", r.result_file.empty() ? json(nullptr) : json(r.result_file)},
                 {"stdout", rank_log_path(report.run_dir, r.rank, Stream::Out)},
                 {"stderr", rank_log_path(report.run_dir, r.rank, Stream::Err)}};
+    if (!r.binding.is_null()) row["binding"] = r.binding;  // --cpu-bind, --report-bindings
     ranks.push_back(std::move(row));
     results.push_back(r.result);
   }

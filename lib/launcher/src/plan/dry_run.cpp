@@ -110,6 +110,7 @@ DryRun make_dry_run(const ResolvedSpec& resolved, const DryRunInputs& in) {
     pi.nnodes = nodes;
     pi.master_addr = master_addr;
     if (planned.gpus) {
+      pi.topology = in.topology;
       pi.inventory = *planned.gpus;
       pi.inherited = in.inherited;  // a remote rank inherits its node's environment, not ours
       node.gpus_checked = true;
@@ -141,6 +142,11 @@ std::string dry_run_text(const DryRun& d) {
                                 d.gpu_bind == "per-rank"
                                     ? "bound per rank (each rank sees only its own GPU)"
                                     : "bound per node (every rank sees the node's GPUs; LOCAL_RANK picks one)"));
+  if (first.cpu_bind != CpuBind::None || first.report_bindings)
+    line("cpu bind", fmt::format("{}{}", cpu_bind_name(first.cpu_bind),
+                                 first.cpu_bind == CpuBind::None
+                                     ? " (ranks run on every CPU sgpu may use)"
+                                     : ": CPUs and memory bound before exec; OMP_NUM_THREADS follows unless set"));
   line("timeout",
        fmt::format("{}, then SIGTERM and SIGKILL after {}",
                    first.timeout ? env::format_duration(*first.timeout) : "none", env::format_duration(first.grace)));
@@ -162,6 +168,13 @@ std::string dry_run_text(const DryRun& d) {
                        node.gpus_checked ? "" : " (its GPUs and environment are checked there at launch)");
     for (const auto& r : node.plan.ranks)
       out += fmt::format("  rank {:<4} local {:<3} {}\n", r.place.rank, r.place.local_rank, devices_text(node.plan, r));
+    bool bindings = node.plan.cpu_bind != CpuBind::None || node.plan.report_bindings;
+    if (bindings && !node.plan.ranks.empty() && !node.plan.ranks.front().binding)
+      out += "  bindings: made there at launch, with its own topology\n";
+    else if (bindings)
+      out += "  bindings:\n";
+    for (const auto& r : node.plan.ranks)
+      if (bindings && r.binding) out += fmt::format("    {}\n", report_line(node.plan, r));
   }
   auto differ = varying(ranks);
   out += "\nenvironment of every rank (secrets masked):\n";
@@ -194,6 +207,7 @@ std::string dry_run_json(const DryRun& d) {
   doc["cwd"] = first.cwd;
   doc["gpu_type"] = first.gpu_type;
   doc["gpu_bind"] = d.gpu_bind;
+  doc["cpu_bind"] = cpu_bind_name(first.cpu_bind);
   doc["timeout_s"] = first.timeout ? json(first.timeout->count()) : json(nullptr);
   doc["grace_s"] = first.grace.count();
   doc["max_restarts"] = first.max_restarts;
@@ -218,12 +232,14 @@ std::string dry_run_json(const DryRun& d) {
                                {"pci_bus_id", g.pci_bus_id}});
       json environment = json::object();
       for (const auto& [k, v] : r.env) environment[k] = env::mask_secret(k, v);
-      doc["ranks"].push_back({{"rank", r.place.rank},
-                              {"local_rank", r.place.local_rank},
-                              {"node_rank", node.node_rank},
-                              {"host", node.host},
-                              {"devices", devices},
-                              {"env", environment}});
+      doc["ranks"].push_back(
+          {{"rank", r.place.rank},
+           {"local_rank", r.place.local_rank},
+           {"node_rank", node.node_rank},
+           {"host", node.host},
+           {"devices", devices},
+           {"binding", r.binding ? json(binding_json(*r.binding, node.plan.cpu_bind != CpuBind::None)) : json(nullptr)},
+           {"env", environment}});
     }
     doc["nodes"].push_back(
         {{"node_rank", node.node_rank}, {"host", node.host}, {"gpus_checked", node.gpus_checked}, {"ranks", ranks}});

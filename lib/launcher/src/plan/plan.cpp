@@ -64,6 +64,37 @@ RestartPolicy restart_policy(const JobSpec& spec) {
   return {spec.max_restarts, *backoff};
 }
 
+bool needs_topology(const JobSpec& spec) { return spec.cpu_bind != CpuBind::None || spec.report_bindings; }
+
+const RankBinding* applied_binding(const LaunchPlan& plan, const RankPlan& rank) {
+  return plan.cpu_bind != CpuBind::None && rank.binding ? &*rank.binding : nullptr;
+}
+
+std::string report_line(const LaunchPlan& plan, const RankPlan& rank) {
+  if (!rank.binding) return {};
+  std::optional<int> gpu;
+  if (!rank.gpus.empty()) gpu = rank.gpus.front();
+  return binding_line(rank.place.rank, gpu, *rank.binding, plan.cpu_bind != CpuBind::None);
+}
+
+namespace {
+
+// Each rank's binding on this node, or none without a topology.
+std::vector<std::optional<RankBinding>> bindings_of(const JobSpec& spec, const PlanInputs& in,
+                                                    const std::vector<env::Gpu>& gpus, int ranks) {
+  std::vector<std::optional<RankBinding>> out(static_cast<std::size_t>(ranks));
+  if (!in.topology) return out;
+  std::vector<int> rank_numa(static_cast<std::size_t>(ranks), -1);
+  for (std::size_t r = 0; r < rank_numa.size() && r < gpus.size() && !spec.ray; ++r)
+    rank_numa[r] = gpus[r].numa_node >= 0 ? gpus[r].numa_node : numa_node_of(*in.topology, gpus[r].local_cpus);
+  auto where = where_set(spec, "resources.cpu_bind", fmt::format("--cpu-bind {}", cpu_bind_name(spec.cpu_bind)));
+  auto planned = plan_bindings(spec.cpu_bind, *in.topology, rank_numa, where);
+  for (std::size_t r = 0; r < out.size(); ++r) out[r] = std::move(planned[r]);
+  return out;
+}
+
+}  // namespace
+
 LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   LaunchPlan plan;
   int slots = node_slots(spec, in.inventory);
@@ -118,6 +149,10 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   plan.master_addr = job.master_addr;
   plan.omp_defaulted = env::omp_threads_defaulted(in.inherited, job);
 
+  plan.cpu_bind = spec.cpu_bind;
+  plan.report_bindings = spec.report_bindings;
+  auto bindings = bindings_of(spec, in, plan.gpus, n);
+
   std::string node_devices;
   for (const auto& g : plan.gpus) node_devices += (node_devices.empty() ? "" : ",") + std::to_string(g.index);
 
@@ -134,6 +169,9 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
     auto dir = fs::path(plan.run_dir) / "ranks" / std::to_string(global);
     rank.files.error_file = (dir / "error.json").string();
     rank.files.result_file = (dir / "result").string();
+    rank.binding = std::move(bindings[static_cast<std::size_t>(r)]);
+    // OpenMP's threads fill the rank's cores, one each.
+    job.omp_threads = rank.binding && spec.cpu_bind != CpuBind::None ? std::max(1, rank.binding->cores) : 1;
     rank.env = env::build_rank_env(in.inherited, job, rank.place, rank.files);
     plan.ranks.push_back(std::move(rank));
   }

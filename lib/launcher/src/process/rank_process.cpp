@@ -33,6 +33,39 @@ std::vector<const char*> pointers(const std::vector<std::string>& strings) {
   out.push_back(nullptr);
   return out;
 }
+
+// A rank's binding in the form the system calls take, made before the clone.
+struct BindingMasks {
+  std::vector<unsigned long> cpus;
+  std::vector<unsigned long> nodes;
+
+  static std::vector<unsigned long> mask_of(const std::vector<int>& bits) {
+    constexpr int kWord = 8 * sizeof(unsigned long);
+    std::vector<unsigned long> mask;
+    for (int b : bits) {
+      if (b < 0) continue;
+      auto word = static_cast<std::size_t>(b / kWord);
+      if (mask.size() <= word) mask.resize(word + 1, 0);
+      mask[word] |= 1UL << (b % kWord);
+    }
+    return mask;
+  }
+
+  explicit BindingMasks(const RankLaunch& launch)
+      : cpus(mask_of(launch.cpus)),
+        nodes(launch.numa_node >= 0 ? mask_of({launch.numa_node}) : std::vector<unsigned long>{}) {}
+
+  void apply(SpawnRequest& req) const {
+    if (!cpus.empty()) {
+      req.cpus = cpus.data();
+      req.cpus_size = cpus.size() * sizeof(unsigned long);
+    }
+    if (!nodes.empty()) {
+      req.numa_nodes = nodes.data();
+      req.numa_bits = nodes.size() * 8 * sizeof(unsigned long);
+    }
+  }
+};
 }  // namespace
 
 std::size_t rank_pipe_size(std::size_t ranks) {
@@ -76,6 +109,8 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
   req.stdio[2] = fds.fd[3];
   req.parent = ::getpid();
   req.open_files = open_files;
+  BindingMasks binding(launch);
+  binding.apply(req);
   auto child = spawn_process(req);
   pid_ = child.pid;
   impl_ = std::make_unique<Impl>(Impl{bp::process(io.get_executor(), child.pid, child.pidfd)});

@@ -1,9 +1,11 @@
 #include "process/spawn.hpp"
 
 #include <fcntl.h>
+#include <linux/mempolicy.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
@@ -59,6 +61,17 @@ int child_main(void* arg) {
   if (req.exec_fd > 3) ::close_range(3, static_cast<unsigned>(req.exec_fd) - 1, 0);
   ::close_range(req.exec_fd >= 3 ? static_cast<unsigned>(req.exec_fd) + 1 : 3U, ~0U, 0);
   if (req.open_files) ::setrlimit(RLIMIT_NOFILE, req.open_files);
+  // The binding, as raw system calls (glibc's wrappers are not promised
+  // async-signal-safe). A kernel without NUMA (ENOSYS) has one memory node.
+  if (req.cpus != nullptr && ::syscall(SYS_sched_setaffinity, 0, req.cpus_size, req.cpus) != 0) {
+    child.error = errno;
+    ::_exit(127);
+  }
+  if (req.numa_nodes != nullptr &&
+      ::syscall(SYS_set_mempolicy, MPOL_PREFERRED, req.numa_nodes, req.numa_bits + 1) != 0 && errno != ENOSYS) {
+    child.error = errno;
+    ::_exit(127);
+  }
   if (req.cwd && ::chdir(req.cwd) != 0) {
     child.error = errno;
     ::_exit(127);

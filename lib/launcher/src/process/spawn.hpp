@@ -6,6 +6,7 @@
 // lib/launcher.
 #include <sys/resource.h>
 #include <sys/types.h>
+#include <cstddef>
 
 namespace sgpu::launcher {
 
@@ -18,6 +19,13 @@ struct SpawnRequest {
   int stdio[3] = {-1, -1, -1};         // the child's fds 0, 1, 2
   pid_t parent = 0;                    // PR_SET_PDEATHSIG(SIGKILL) tied to this pid; 0: none
   const rlimit* open_files = nullptr;  // RLIMIT_NOFILE to give the child (sgpu's before raising it)
+  // --cpu-bind, both made before the clone: the child's CPUs (a cpu_set_t of
+  // `cpus_size` bytes), and the NUMA nodes its memory prefers (a bitmask of
+  // `numa_bits` bits, MPOL_PREFERRED). nullptr: inherited.
+  const void* cpus = nullptr;
+  std::size_t cpus_size = 0;
+  const unsigned long* numa_nodes = nullptr;
+  unsigned long numa_bits = 0;
 };
 
 struct Spawned {

@@ -65,6 +65,31 @@ bool valid_env_name(std::string_view name) {
 
 }  // namespace
 
+std::optional<CpuBind> parse_cpu_bind(std::string_view text) {
+  if (text == "none") return CpuBind::None;
+  if (text == "numa" || text == "node") return CpuBind::Numa;
+  if (text == "socket") return CpuBind::Socket;
+  if (text == "core") return CpuBind::Core;
+  if (text == "exclusive") return CpuBind::Exclusive;
+  return std::nullopt;
+}
+
+std::string_view cpu_bind_name(CpuBind mode) {
+  switch (mode) {
+    case CpuBind::None:
+      return "none";
+    case CpuBind::Numa:
+      return "numa";
+    case CpuBind::Socket:
+      return "socket";
+    case CpuBind::Core:
+      return "core";
+    case CpuBind::Exclusive:
+      return "exclusive";
+  }
+  return "none";
+}
+
 std::string where_set(const JobSpec& spec, std::string_view key, const std::string& fallback) {
   auto it = spec.origins.find(key);
   return it == spec.origins.end() ? fallback : it->second;

@@ -46,6 +46,8 @@ TEST_CASE("launcher::parse_inventory_json") {
   CHECK(gpus[1].type == "L4");
   CHECK(gpus[1].uuid == "GPU-fake-0001");
   CHECK(gpus[1].visible);  // recomputed from CUDA_VISIBLE_DEVICES, not taken from the file
+  CHECK(gpus[0].numa_node == -1);
+  CHECK(parse_inventory_json(R"([{"name": "NVIDIA L4", "numa_node": 3}])", "inv.json")[0].numa_node == 3);
 
   struct Row {
     const char* json;
@@ -61,6 +63,7 @@ TEST_CASE("launcher::parse_inventory_json") {
        "inv.json: GPU 1 (item 2): index 0 is listed twice"},
       {R"([{"name": 5}])", "\"name\" must be a string"},
       {R"([{"name": "NVIDIA L4", "memory_bytes": -1}])", "\"memory_bytes\" must be a number of bytes"},
+      {R"([{"name": "NVIDIA L4", "numa_node": "1"}])", "\"numa_node\" must be a number from 0"},
   };
   for (const auto& row : rows) {
     CAPTURE(row.json);
@@ -87,6 +90,10 @@ TEST_CASE("launcher::devices_json and devices_text") {
   CHECK(doc[1]["cuda_index"].is_null());
   CHECK(doc[2]["cuda_index"] == 0);
   CHECK(doc[2]["type"] == "H100");
+  CHECK_FALSE(doc[0].contains("numa_node"));  // only where NVML tells it
+  auto with_node = d;
+  for (auto& g : with_node.gpus) g.numa_node = g.index;
+  CHECK(nlohmann::json::parse(devices_json(with_node))[1]["numa_node"] == 1);
   // What devices -o json prints, the test hook reads back.
   auto again = parse_inventory_json(devices_json(d), "devices.json");
   CHECK(again.size() == 3);

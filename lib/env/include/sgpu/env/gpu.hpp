@@ -15,9 +15,11 @@ struct Gpu {
   std::string name;  // "NVIDIA H100 80GB HBM3"
   std::string type;  // normalised: "H100"
   std::uint64_t memory_bytes = 0;
-  std::string uuid;        // "GPU-8e3f..."
-  std::string pci_bus_id;  // "00000000:18:00.0"
-  bool visible = true;     // left visible by CUDA_VISIBLE_DEVICES
+  std::string uuid;             // "GPU-8e3f..."
+  std::string pci_bus_id;       // "00000000:18:00.0"
+  bool visible = true;          // left visible by CUDA_VISIBLE_DEVICES
+  int numa_node = -1;           // the NUMA node nearest it (NVML's memory affinity); -1: unknown
+  std::vector<int> local_cpus;  // the CPUs nearest it (NVML's CPU affinity), when no NUMA node is known
   bool operator==(const Gpu&) const = default;
 };
 

@@ -30,6 +30,7 @@ struct JobEnvironment {
   std::string gpu_type;                             // "" when no GPUs
   std::optional<std::string> cuda_visible_devices;  // nullopt: leave as inherited
   Environment extra;                                // [env] of the spec, -x flags
+  int omp_threads = 1;  // OMP_NUM_THREADS unless set: 1, or the cores a rank is bound to (--cpu-bind)
 };
 
 // Per-rank file paths (run directory layout).

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "sgpu/launcher/devices/devices.hpp"
+#include "sgpu/launcher/devices/topology.hpp"
 #include "sgpu/launcher/outputs/outputs.hpp"
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
@@ -27,6 +28,7 @@ class LocalBackend : public Backend {
     resolve_nproc_mode(ctx.spec, discovery_.gpus, static_cast<int>(std::max(1U, std::thread::hardware_concurrency())));
     ranks_ = rank_count(ctx.spec, discovery_.gpus);  // validates before anything is created
     check_open_files_limit(ranks_);
+    read_topology(ctx);
   }
 
   PlannedLayout describe(const LaunchContext& ctx) override {
@@ -43,6 +45,7 @@ class LocalBackend : public Backend {
     in.cwd = ctx.cwd;
     in.executable = resolve_program(spec, ctx.inherited, ctx.cwd);
     in.run_id = make_run_id();
+    in.topology = topology_;
     rendezvous::PortReservation port(spec.master_port.value_or(0));
     in.master_port = port.port();
     if (spec.ray) in.ray_token = ray_token(rendezvous::Secret::generate());
@@ -55,12 +58,23 @@ class LocalBackend : public Backend {
     if (ctx.run_dir_made) ctx.run_dir_made(ctx);
     if (ctx.before_start) ctx.before_start(ctx, plan);
     if (plan.omp_defaulted && ranks_ > 1)
-      diagnostic(
-          "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "
-          "set OMP_NUM_THREADS to tune it\n");
+      diagnostic("{}",
+                 plan.cpu_bind == CpuBind::None
+                     ? "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "
+                       "set OMP_NUM_THREADS to tune it\n"
+                     : "sgpu: note: OMP_NUM_THREADS is each rank's bound cores (--cpu-bind); set OMP_NUM_THREADS to "
+                       "tune it\n");
+    if (plan.report_bindings)
+      for (const auto& r : plan.ranks) diagnostic("sgpu: {}\n", report_line(plan, r));
     auto launches_of = [](const LaunchPlan& p) {
       std::vector<RankLaunch> launches;
-      for (const auto& r : p.ranks) launches.push_back({r.place.rank, p.executable, p.argv, r.env, p.cwd});
+      for (const auto& r : p.ranks) {
+        launches.push_back({r.place.rank, p.executable, p.argv, r.env, p.cwd, {}, -1});
+        if (const auto* b = applied_binding(p, r)) {
+          launches.back().cpus = b->cpus;
+          launches.back().numa_node = b->numa_node;
+        }
+      }
       return launches;
     };
     auto& io = *ctx.io;
@@ -97,7 +111,15 @@ class LocalBackend : public Backend {
     discovered_ = true;
   }
 
+  // --cpu-bind, --report-bindings: read before anything starts, so a
+  // topology hwloc cannot read is an error then.
+  void read_topology(const LaunchContext& ctx) {
+    if (topology_ || !needs_topology(ctx.spec)) return;
+    topology_ = load_topology(ctx.inherited, where_set(ctx.spec, "resources.cpu_bind", "--cpu-bind"));
+  }
+
   Discovery discovery_;
+  std::optional<Topology> topology_;
   bool discovered_ = false;
   int ranks_ = 0;
 };

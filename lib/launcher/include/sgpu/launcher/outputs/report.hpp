@@ -25,8 +25,9 @@ struct RankReport {
   bool terminated_by_sgpu = false;
   Clock::time_point started{};
   Clock::time_point ended{};
-  nlohmann::ordered_json result;  // what it wrote to $SGPU_RESULT_FILE; null when nothing
-  std::string result_file;        // where that file is, when the rank wrote one (any size, any bytes)
+  nlohmann::ordered_json result;   // what it wrote to $SGPU_RESULT_FILE; null when nothing
+  std::string result_file;         // where that file is, when the rank wrote one (any size, any bytes)
+  nlohmann::ordered_json binding;  // its CPUs and NUMA node (binding_json), null when none was read
 };
 
 // Why the job ended, with the evidence: for a failed rank its traceback (from

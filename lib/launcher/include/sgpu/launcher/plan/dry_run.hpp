@@ -48,6 +48,9 @@ struct DryRunInputs {
   std::string executable;
   std::string runs_root;
   std::string config;
+  // This node's processors (--cpu-bind, --report-bindings), for the nodes
+  // planned here (those with `gpus`); the others bind at launch.
+  std::optional<Topology> topology;
 };
 
 // Throws sgpu::Error for what would stop the launch (no GPUs, a type mismatch...).

@@ -9,6 +9,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/gpu.hpp"
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/plan/binding.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
 
 namespace sgpu::launcher {
@@ -19,6 +20,9 @@ struct RankPlan {
   std::vector<int> gpus;  // GPU indices this rank is meant to use
   env::RankFiles files;
   env::Environment env;
+  // Its CPUs and NUMA node (--cpu-bind); with none, the whole set, unbound
+  // (for --report-bindings). nullopt: no topology was read for this node.
+  std::optional<RankBinding> binding;
 };
 
 struct LaunchPlan {
@@ -37,6 +41,8 @@ struct LaunchPlan {
   int max_restarts = 0;
   env::Seconds restart_backoff{1};
   bool omp_defaulted = false;
+  CpuBind cpu_bind = CpuBind::None;  // ranks with a binding are bound to it before exec unless none
+  bool report_bindings = false;
 };
 
 // What make_plan needs from the outside world, gathered by the caller.
@@ -58,7 +64,20 @@ struct PlanInputs {
   std::optional<int> world_size;
   // --ray: the token every Ray node and the driver authenticate with ("" for none).
   std::string ray_token;
+  // This node's processors (devices/topology.hpp), read when --cpu-bind or
+  // --report-bindings asks; nullopt: the ranks are not bound here.
+  std::optional<Topology> topology;
 };
+
+// Whether the spec needs this node's topology (--cpu-bind, --report-bindings).
+bool needs_topology(const JobSpec& spec);
+
+// What a rank is bound to before exec: its binding, or nullptr with --cpu-bind none.
+const RankBinding* applied_binding(const LaunchPlan& plan, const RankPlan& rank);
+
+// --report-bindings' line for a rank of the plan ("rank 3 (GPU 3): cores
+// 48-63, NUMA node 1"); "" when it has no binding.
+std::string report_line(const LaunchPlan& plan, const RankPlan& rank);
 
 // Throws sgpu::Error for contradictory or impossible requests.
 LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& inputs);

@@ -22,6 +22,8 @@ struct RankLaunch {
   std::vector<std::string> argv;  // argv[0] included
   env::Environment env;
   std::string cwd;
+  std::vector<int> cpus;  // bound to these CPUs before exec (--cpu-bind); empty: sgpu's own
+  int numa_node = -1;     // its memory preferred on this NUMA node; -1: the kernel's default
 };
 
 // How big to make each rank's stdout pipe when `ranks` run on this node (pure).

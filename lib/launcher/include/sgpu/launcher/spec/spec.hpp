@@ -16,6 +16,14 @@ namespace sgpu::launcher {
 
 enum class GpuBind { Node, PerRank };
 
+// --cpu-bind: what each rank is bound to before exec (plan/binding.hpp).
+enum class CpuBind { None, Numa, Socket, Core, Exclusive };
+
+// "none", "numa", "socket", "core", "exclusive", and torchrun's
+// --numa-binding name "node" (numa). nullopt for anything else.
+std::optional<CpuBind> parse_cpu_bind(std::string_view text);
+std::string_view cpu_bind_name(CpuBind mode);
+
 // [ssh]: read and validated now, used by the ssh backend (issue 6).
 struct SshSpec {
   std::vector<std::string> hosts;  // "host", "host:slots", "user@host:slots"
@@ -93,6 +101,8 @@ struct JobSpec {
   std::string backend = "local";  // "local", "ssh", "slurm"
   std::string gpu_type;           // "" means detect
   GpuBind gpu_bind = GpuBind::Node;
+  CpuBind cpu_bind = CpuBind::None;
+  bool report_bindings = false;    // --report-bindings: one line per rank at start
   std::optional<int> master_port;  // nullopt: a reserved free port
   bool ray = false;                // --ray: one Ray node per sgpu node, the entrypoint is the Ray driver
   bool ray_dashboard = false;      // --ray-dashboard: the head starts Ray's dashboard
