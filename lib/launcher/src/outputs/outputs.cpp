@@ -125,13 +125,15 @@ struct JobOutputs::Impl {
         console(sink, console_options(job, p, e)) {
     if (job.keep_runs > 0) prune_older_runs(job.keep_runs);
     write_file_atomic((fs::path(plan.run_dir) / "spec.json").string(), dump_json(spec));
-    run_log.append_event({{"event", "run_started"},
-                          {"run_id", plan.run_id},
-                          {"host", host},
-                          {"sgpu_pid", ::getpid()},
-                          {"world_size", plan.ranks.size()},
-                          {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
-                          {"spec", "spec.json"}});
+    run_log.append_event(
+        {{"event", "run_started"},
+         {"run_id", plan.run_id},
+         {"name", job.name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(job.name)},
+         {"host", host},
+         {"sgpu_pid", ::getpid()},
+         {"world_size", plan.ranks.size()},
+         {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
+         {"spec", "spec.json"}});
     fanout.add(run_log);
     fanout.add(console);
     if (sink.has_status()) {
@@ -154,7 +156,11 @@ struct JobOutputs::Impl {
             {"started_at", iso_time(Clock::now())},
             {"world_size", p.ranks.size()},
             {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
-            {"entrypoint", entrypoint}};
+            {"entrypoint", entrypoint},
+            // What find_run (a RUN that is a name) and --idempotency-key look for.
+            {"name", job.name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(job.name)},
+            {"idempotency_key", job.idempotency_key.empty() ? nlohmann::ordered_json(nullptr)
+                                                            : nlohmann::ordered_json(job.idempotency_key)}};
   }
 
   // Retention (output.keep_runs, SGPU_KEEP_RUNS): each launch removes the

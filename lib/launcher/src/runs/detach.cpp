@@ -64,7 +64,7 @@ void wait_until_listed(pid_t child, const std::string& run_dir) {
 }
 }  // namespace
 
-void detach_run(const std::string& run_id, const std::string& run_dir, bool json) {
+void detach_run(const std::string& run_id, const std::string& run_dir, bool json, const std::string& name) {
   auto console_path = (std::filesystem::path(run_dir) / kRunConsoleFile).string();
   int console = ::open(console_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (console < 0) fail("cannot create " + console_path);
@@ -100,9 +100,11 @@ void detach_run(const std::string& run_id, const std::string& run_dir, bool json
     fail("cannot start the background run");
   }
   wait_until_listed(child, run_dir);
-  if (json)
-    fmt::print("{}\n", nlohmann::ordered_json{{"run_id", run_id}, {"run_dir", run_dir}}.dump(2));
-  else
+  if (json) {
+    nlohmann::ordered_json doc{{"run_id", run_id}, {"run_dir", run_dir}};
+    if (!name.empty()) doc["name"] = name;
+    fmt::print("{}\n", doc.dump(2));
+  } else
     fmt::print("{}\n", run_id);
   std::fflush(stdout);
   // Nothing of this process may tear down what the child now owns (the

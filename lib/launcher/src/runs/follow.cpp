@@ -224,7 +224,7 @@ class LogPrinter {
       std::fputc('\n', stdout);
       return;
     }
-    FILE* out = s.stream == Stream::Out ? stdout : stderr;
+    FILE* out = s.stream == Stream::Out && !options_.stdout_to_stderr ? stdout : stderr;
     fmt::print(out, "[{}] ", s.label);
     std::fwrite(line.data(), 1, line.size(), out);
     std::fputc('\n', out);
