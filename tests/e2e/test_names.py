@@ -1,6 +1,7 @@
 """Named runs (--name) and idempotent launches (--idempotency-key), against
 the real binary and real ranks: what a CI retry sees when the run it asks
 for is already running, has succeeded, has failed, or was other work."""
+import fcntl
 import json
 import os
 import re
@@ -62,6 +63,23 @@ def test_ten_concurrent_detached_launches_with_one_key_start_one_run(sgpu, tmp_p
     res = sgpu.run("wait", listed[0]["run_id"])
     assert res.returncode == 0, res.stderr
     assert lines(starts) == ["0"]  # one rank, started once
+
+
+def test_a_launch_waits_while_another_holds_the_keys_lock(sgpu, tmp_path):
+    """The lock is the runs directory's flock on .keys/<FNV-1a of the key>: held here, as a launch holds it."""
+    h = 14695981039346656037
+    for b in b"held":
+        h = ((h ^ b) * 1099511628211) % 2**64
+    keys = tmp_path / "sgpu-home" / "runs" / ".keys"
+    keys.mkdir(parents=True)
+    with open(keys / f"{h:016x}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        p = sgpu.popen("launch", "--idempotency-key", "held", "--no-python", "true")
+        assert "another launch with this key is starting its run; waiting for it" in p.stderr.readline()
+        assert p.poll() is None and runs(sgpu) == []  # nothing looked up, nothing started
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert len(runs(sgpu)) == 1
 
 
 def test_an_attached_launch_follows_the_running_run_with_its_key_and_exits_with_its_code(sgpu, tmp_path):

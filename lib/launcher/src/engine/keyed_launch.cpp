@@ -101,7 +101,11 @@ std::optional<int> answer_from_keyed_run(const LaunchContext& ctx, bool force_ne
   if (spec.idempotency_key.empty() || (spec.rendezvous.node_rank && *spec.rendezvous.node_rank > 0))
     return std::nullopt;
   auto root = runs_root(spec.log_dir, ctx.inherited);
-  lock.emplace(root, spec.idempotency_key);
+  lock.emplace(root, spec.idempotency_key, [&] {
+    // A multi-node launch holds it until its nodes joined, a SLURM one until its allocation.
+    fmt::print(stderr, "sgpu: --idempotency-key {}: another launch with this key is starting its run; waiting for it\n",
+               spec.idempotency_key);
+  });
   if (force_new) return std::nullopt;
   auto run = newest_run_with_key(root, spec.idempotency_key);
   if (!run) return std::nullopt;

@@ -141,7 +141,7 @@ std::optional<RunInfo> newest_run_with_key(const std::string& root, const std::s
   return newest_with(root, "idempotency_key", key);
 }
 
-KeyLock::KeyLock(const std::string& root, const std::string& key) {
+KeyLock::KeyLock(const std::string& root, const std::string& key, const std::function<void()>& before_waiting) {
   auto dir = fs::path(root) / kKeyLockDir;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -149,6 +149,8 @@ KeyLock::KeyLock(const std::string& root, const std::string& key) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0)
     throw Error(fmt::format("--idempotency-key: cannot create the key's lock {}: {}", path, std::strerror(errno)), 1);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+  if (errno == EWOULDBLOCK && before_waiting) before_waiting();
   while (::flock(fd_, LOCK_EX) != 0) {
     if (errno == EINTR) continue;
     auto why = std::strerror(errno);

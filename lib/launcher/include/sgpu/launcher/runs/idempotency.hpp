@@ -4,6 +4,7 @@
 // it, whether that run did the same work, and the lock that makes "look for
 // the key, then record it in a new run's state.json" one step for every sgpu
 // process of the runs directory.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,12 +44,12 @@ std::optional<RunInfo> newest_run_with_key(const std::string& root, const std::s
 // An exclusive flock on <root>/.keys/<hash of key>, as each run's lock is
 // one (registry.hpp): held from the key's lookup until the new run's
 // state.json records the key, so two launches with one key start one run.
-// Blocks while another sgpu holds it. Close-on-exec (no rank holds it); a
-// fork shares it until both copies are closed. Throws sgpu::Error (1) when
-// the file cannot be made or locked.
+// Blocks while another sgpu holds it, calling `before_waiting` first (to say
+// why). Close-on-exec (no rank holds it); a fork shares it until both copies
+// are closed. Throws sgpu::Error (1) when the file cannot be made or locked.
 class KeyLock {
  public:
-  KeyLock(const std::string& root, const std::string& key);
+  KeyLock(const std::string& root, const std::string& key, const std::function<void()>& before_waiting = {});
   ~KeyLock();
   KeyLock(const KeyLock&) = delete;
   KeyLock& operator=(const KeyLock&) = delete;
