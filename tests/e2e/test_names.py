@@ -102,6 +102,21 @@ def test_an_attached_launch_follows_the_running_run_with_its_key_and_exits_with_
     assert [r["run_id"] for r in runs(sgpu)] == [run_id]
 
 
+def test_a_json_follow_keeps_stdout_for_the_reused_runs_summary(sgpu, tmp_path):
+    starts, go, job = counting_job(tmp_path, code=7, wait=True)
+    first = sgpu.run("launch", "--detach", "--name", "step", "--idempotency-key", "step-2", *job)
+    assert first.returncode == 0, first.stderr
+    wait_for(lambda: lines(starts), 20, "the rank's start")
+    retry = sgpu.popen("launch", "-o", "json", "--idempotency-key", "step-2", *job)
+    assert "following it" in retry.stderr.readline()
+    go.touch()
+    out, err = retry.communicate(timeout=60)
+    assert retry.returncode == 7, err
+    doc = json.loads(out)  # the run's summary alone; its lines went to stderr
+    assert (doc["reused"], doc["run_id"], doc["exit_code"], doc["name"]) == (True, first.stdout.strip(), 7, "step")
+    assert "[0] bye 0" in err and lines(starts) == ["0"]
+
+
 def test_after_success_nothing_starts_and_after_failure_a_new_run_does(sgpu, tmp_path):
     starts, _, job = counting_job(tmp_path)
     first = sgpu.run("launch", "-o", "json", "--idempotency-key", "ok-1", *job)
