@@ -32,6 +32,7 @@ struct LaunchFlags {
   std::vector<std::string> sets;
   bool dry_run = false;
   bool standalone = false;
+  bool force_new = false;
 };
 
 // How --help shows an option's value: "N", "DURATION", "node|per-rank".
@@ -103,6 +104,11 @@ int run_launch(const LaunchFlags& f, const std::vector<std::string>& rest) {
   for (const auto& note : request.resolved.notes) launcher::diagnostic("sgpu: note: {}\n", note);
   request.cwd = std::filesystem::current_path().string();
   request.config = f.config;
+  request.force_new = f.force_new;
+  if (f.force_new && request.resolved.spec.idempotency_key.empty())
+    throw Error(
+        "--force-new only applies with --idempotency-key KEY (or SGPU_IDEMPOTENCY_KEY): without a key every "
+        "launch starts a new run");
   std::error_code ec;
   request.self_exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (f.dry_run) return launcher::dry_run(std::move(request));
@@ -125,6 +131,9 @@ Command add_launch_command(CLI::App& app) {
   cmd->add_option("--set", flags->sets, "Override any spec key: --set resources.gpus=8 (repeatable)")
       ->allow_extra_args(false);
   cmd->add_flag("--dry-run", flags->dry_run, "Print the resolved plan of every rank; start nothing");
+  cmd->add_flag("--force-new", flags->force_new,
+                "Start a new run even when a run with the --idempotency-key is running or succeeded, or ran other "
+                "work");
   for (const auto& key : launcher::spec_keys()) {
     if (key.flags.empty()) continue;
     auto& slot = flags->slots.emplace_back();

@@ -83,15 +83,22 @@ std::string exit_text(const ordered_json& run) {
   return run["exit_code"].is_number() ? std::to_string(run["exit_code"].get<int>()) : "-";
 }
 
+std::string name_text(const ordered_json& run) {
+  return run["name"].is_string() ? run["name"].get<std::string>() : "-";
+}
+
 std::string runs_table(const std::vector<RunInfo>& runs) {
-  std::string out = fmt::format("{:<22}  {:<9}  {:<19}  {:>9}  {:>5}  {:>4}  {}\n", "RUN", "STATE", "STARTED (UTC)",
-                                "DURATION", "RANKS", "EXIT", "ENTRYPOINT");
+  std::size_t name_width = 4;  // "NAME"; names are at most 64 characters
+  for (const auto& run : runs) name_width = std::max(name_width, name_text(launcher::run_json(run)).size());
+  std::string out = fmt::format("{:<22}  {:<9}  {:<19}  {:>9}  {:>5}  {:>4}  {:<{}}  {}\n", "RUN", "STATE",
+                                "STARTED (UTC)", "DURATION", "RANKS", "EXIT", "NAME", name_width, "ENTRYPOINT");
   for (const auto& run : runs) {
     auto j = launcher::run_json(run);
     auto entry = j["entrypoint"].is_string() ? j["entrypoint"].get<std::string>() : std::string();
     if (entry.size() > kEntrypointWidth) entry = entry.substr(0, kEntrypointWidth - 3) + "...";
-    out += fmt::format("{:<22}  {:<9}  {:<19}  {:>9}  {:>5}  {:>4}  {}\n", run.id, j["state"].get<std::string>(),
-                       start_time(j), short_duration(j["duration_s"]), run.world_size, exit_text(j), entry);
+    out += fmt::format("{:<22}  {:<9}  {:<19}  {:>9}  {:>5}  {:>4}  {:<{}}  {}\n", run.id,
+                       j["state"].get<std::string>(), start_time(j), short_duration(j["duration_s"]),
+                       run.world_size, exit_text(j), name_text(j), name_width, entry);
   }
   return out;
 }
@@ -131,8 +138,11 @@ std::string status_text(const RunInfo& run, const ordered_json& ranks) {
                      run.state == RunState::Running ? "running for" : "took",
                      j["duration_s"].is_number() ? short_duration(j["duration_s"]) : "an unknown time");
   if (!run.problem.empty()) out += fmt::format("  note:       {}\n", run.problem);
-  out += fmt::format("  entrypoint: {}\n  started:    {} UTC on {} (sgpu pid {})\n  run dir:    {}\n",
-                     j["entrypoint"].is_string() ? j["entrypoint"].get<std::string>() : "?", start_time(j),
+  out += fmt::format("  entrypoint: {}\n", j["entrypoint"].is_string() ? j["entrypoint"].get<std::string>() : "?");
+  if (j["name"].is_string()) out += fmt::format("  name:       {}\n", j["name"].get<std::string>());
+  if (j["idempotency_key"].is_string())
+    out += fmt::format("  key:        {}\n", j["idempotency_key"].get<std::string>());
+  out += fmt::format("  started:    {} UTC on {} (sgpu pid {})\n  run dir:    {}\n", start_time(j),
                      j["host"].is_string() ? j["host"].get<std::string>() : "?", j["sgpu_pid"].dump(), run.dir);
   out +=
       fmt::format("  {:>4}  {:<12}  {:>8}  {:<18}  {:>7}  {:>9}\n", "rank", "host", "pid", "state", "exit", "duration");
@@ -154,7 +164,7 @@ Command add_status(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("status", "One run's state and its ranks (attached or detached runs alike)");
-  cmd->add_option("RUN", f->run, "a run id, a unique prefix of one, or 'last'")->required();
+  cmd->add_option("RUN", f->run, "a run name, a run id, a unique prefix of one, or 'last'")->required();
   add_common(cmd, *f);
   return [f](const DashTail&) {
     auto run = launcher::find_run(f->root(), f->run);
@@ -181,7 +191,7 @@ Command add_logs(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("logs", "A run's rank output, prefixed as on the console; -f follows it to its end");
-  cmd->add_option("RUN", f->run, "a run id, a unique prefix of one, or 'last'")->required();
+  cmd->add_option("RUN", f->run, "a run name, a run id, a unique prefix of one, or 'last'")->required();
   cmd->add_option("--rank", f->rank, "only this rank (repeatable)")->allow_extra_args(false);
   cmd->add_option("--ranks", f->ranks, "only these ranks: 0,3 or 0-3");
   cmd->add_flag("--stderr", f->stderr_only, "only the ranks' stderr (default: stdout to stdout, stderr to stderr)");
@@ -232,7 +242,7 @@ Command add_wait(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("wait", "Block until a run ends; exit with its exit code");
-  cmd->add_option("RUN", f->run, "a run id, a unique prefix of one, or 'last'")->required();
+  cmd->add_option("RUN", f->run, "a run name, a run id, a unique prefix of one, or 'last'")->required();
   cmd->add_option("--timeout", f->timeout, "give up after this long (90s, 10m, ...): exit 75, the run goes on");
   add_common(cmd, *f);
   return [f](const DashTail&) {
@@ -260,7 +270,7 @@ Command add_cancel(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand(
       "cancel", "Stop a run as Ctrl-C does (SIGTERM to every rank, SIGKILL after the grace); returns once it ended");
-  cmd->add_option("RUN", f->run, "a run id, a unique prefix of one, or 'last'")->required();
+  cmd->add_option("RUN", f->run, "a run name, a run id, a unique prefix of one, or 'last'")->required();
   add_common(cmd, *f);
   return [f](const DashTail&) {
     auto run = launcher::find_run(f->root(), f->run);

@@ -34,7 +34,7 @@ nlohmann::ordered_json ending_document(const Ending& ending, int code) {
     env::JobEnd end;
     end.kind = env::JobEnd::Kind::NotStarted;
     end.reason = ending.error;
-    end.code = code;
+    end.cause_code = code;
     return launcher::not_started_json("", "", end);
   }
   return {{"exit_code", code},

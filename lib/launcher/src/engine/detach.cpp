@@ -89,7 +89,7 @@ void wait_until_listed(pid_t child, const std::string& run_id, const std::string
 }
 }  // namespace
 
-void detach_run(const std::string& run_id, const std::string& run_dir, bool json) {
+void detach_run(const std::string& run_id, const std::string& run_dir, bool json, const std::string& name) {
   auto console_path = (std::filesystem::path(run_dir) / kRunConsoleFile).string();
   int console = ::open(console_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (console < 0) fail("cannot create " + console_path);
@@ -125,10 +125,13 @@ void detach_run(const std::string& run_id, const std::string& run_dir, bool json
     fail("cannot start the background run");
   }
   wait_until_listed(child, run_id, run_dir, json);
-  if (json)
-    output(nlohmann::ordered_json{{"run_id", run_id}, {"run_dir", run_dir}}.dump(2) + "\n");
-  else
+  if (json) {
+    nlohmann::ordered_json doc{{"run_id", run_id}, {"run_dir", run_dir}};
+    if (!name.empty()) doc["name"] = name;
+    output(doc.dump(2) + "\n");
+  } else {
     output(run_id + "\n");
+  }
   // Nothing of this process may tear down what the child now owns (the
   // reserved port, the run directory): leave without destructors.
   ::_exit(exit_code_after_output(0));

@@ -13,6 +13,7 @@ namespace sgpu::launcher {
 // Returns in the detached child only; the calling process exits in it.
 // Throws sgpu::Error (exit 1) when it cannot detach; nothing has started then.
 // Call it before anything asynchronous exists (no io_context, no threads).
-void detach_run(const std::string& run_id, const std::string& run_dir, bool json);
+// `name` (--name, "" for none) goes into the -o json document.
+void detach_run(const std::string& run_id, const std::string& run_dir, bool json, const std::string& name = "");
 
 }  // namespace sgpu::launcher

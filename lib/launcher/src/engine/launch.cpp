@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/keyed_launch.hpp"
 #include "engine/launch_preflight.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/backend.hpp"
@@ -54,6 +55,7 @@ nlohmann::json record_not_started(const LaunchContext& ctx, const std::string& r
   end.reason = reason;
   end.cause_code = code;
   auto doc = not_started_json(ctx.run_id, ctx.run_dir, end, mlflow);
+  if (!ctx.spec.name.empty()) doc["name"] = ctx.spec.name;
   if (!ctx.run_dir.empty()) {
     try {
       write_file_atomic((std::filesystem::path(ctx.run_dir) / "summary.json").string(), dump_json(doc));
@@ -110,7 +112,9 @@ int launch(LaunchRequest request) {
   check_capabilities(ctx.spec, info);
   if (ctx.spec.detach) {
     // The caller prints the run id and returns; the run goes on in a new session.
-    ctx.run_dir_made = [](const LaunchContext& c) { detach_run(c.run_id, c.run_dir, c.spec.output_format == "json"); };
+    ctx.run_dir_made = [](const LaunchContext& c) {
+      detach_run(c.run_id, c.run_dir, c.spec.output_format == "json", c.spec.name);
+    };
   }
   std::signal(SIGPIPE, SIG_IGN);
   // MLflow: the run is created just before the ranks start, every rank gets
@@ -126,6 +130,9 @@ int launch(LaunchRequest request) {
   // gets. The run is asked for at once and awaited only by the ranks: the
   // server works on it while the outputs and the supervisor are made ready.
   if (tracking) tracker.emplace(io, std::move(*tracking));  // runs the loop only while its calls are in flight
+  // --idempotency-key: held from the key's lookup until the new run's
+  // state.json (written as the outputs are made) records the key.
+  std::optional<KeyLock> key_lock;
   std::unique_ptr<JobOutputs> outputs;
   std::optional<RanksEnded> ranks_ended;  // the observer when tracked
   // The run's link and spec.json's upload, once both the run and the
@@ -159,6 +166,7 @@ int launch(LaunchRequest request) {
   ObserverFactory observe = [&](boost::asio::io_context& loop, const LaunchPlan& plan) -> JobObserver& {
     check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
     outputs = std::make_unique<JobOutputs>(loop, ctx.spec, plan, ctx.inherited);
+    key_lock.reset();
     job_plan = plan;
     track_outputs(plan);
     return outputs->observer();
@@ -168,6 +176,10 @@ int launch(LaunchRequest request) {
     restart_policy(ctx.spec);  // checked before anything starts, on one node or many
     check_launch_preflight(ctx.spec, info);
     backend->check(ctx);
+    if (auto answered = answer_from_keyed_run(ctx, request.force_new, key_lock)) {
+      backend->release(*answered);  // a run with the key answered: nothing started
+      return *answered;
+    }
     result = backend->run(ctx, observe);
   } catch (const preflight::PreflightDone& done) {
     // --preflight-only: the check was the launch (sgpu doctor's report and codes).

@@ -125,13 +125,15 @@ struct JobOutputs::Impl {
         state_file(p.run_dir, state_record(job, p, host)),
         console(sink, console_options(job, p, e)) {
     write_file_atomic((fs::path(plan.run_dir) / "spec.json").string(), dump_json(spec));
-    run_log.append_event({{"event", "run_started"},
-                          {"run_id", plan.run_id},
-                          {"host", host},
-                          {"sgpu_pid", ::getpid()},
-                          {"world_size", plan.ranks.size()},
-                          {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
-                          {"spec", "spec.json"}});
+    run_log.append_event(
+        {{"event", "run_started"},
+         {"run_id", plan.run_id},
+         {"name", job.name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(job.name)},
+         {"host", host},
+         {"sgpu_pid", ::getpid()},
+         {"world_size", plan.ranks.size()},
+         {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
+         {"spec", "spec.json"}});
     dir_watch.emplace(io, plan.run_dir, [this] { run_dir_deleted(); });
     fanout.add(*dir_watch);
     for (const auto& r : plan.ranks) {
@@ -165,7 +167,11 @@ struct JobOutputs::Impl {
             {"started_at", iso_time(Clock::now())},
             {"world_size", p.ranks.size()},
             {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
-            {"entrypoint", entrypoint}};
+            {"entrypoint", entrypoint},
+            // What find_run (a RUN that is a name) and --idempotency-key look for.
+            {"name", job.name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(job.name)},
+            {"idempotency_key", job.idempotency_key.empty() ? nlohmann::ordered_json(nullptr)
+                                                            : nlohmann::ordered_json(job.idempotency_key)}};
   }
 
   // Someone deleted the run directory while the run is live: the job goes

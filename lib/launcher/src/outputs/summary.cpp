@@ -9,6 +9,7 @@
 #include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
+#include "sgpu/launcher/runs/idempotency.hpp"
 
 namespace sgpu::launcher {
 
@@ -113,6 +114,10 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
        {{"kind", env::entrypoint_kind_name(spec.entrypoint.kind)},
         {"target", spec.entrypoint.target},
         {"args", spec.entrypoint.args}}},
+      {"name", spec.name.empty() ? json(nullptr) : json(spec.name)},
+      {"idempotency_key", spec.idempotency_key.empty() ? json(nullptr) : json(spec.idempotency_key)},
+      // As asked for (--gpus, --nproc...): what another launch with the same key must match.
+      {"resources", requested_resources(spec)},
       {"executable", plan.executable},
       {"argv", plan.argv},
       {"cwd", plan.cwd},
@@ -177,6 +182,7 @@ json summary_json(const RunReport& report, const json& spec) {
       {"version", kSummaryVersion},
       {"run_id", report.run_id},
       {"run_dir", report.run_dir},
+      {"name", spec.is_object() && spec.contains("name") ? spec["name"] : json(nullptr)},
       {"status", env::job_end_name(report.end.kind)},
       {"exit_code", report.exit_code},
       {"timed_out", report.end.kind == env::JobEnd::Kind::TimedOut},
@@ -204,6 +210,7 @@ json not_started_json(const std::string& run_id, const std::string& run_dir, con
       {"version", kSummaryVersion},
       {"run_id", or_null(run_id)},
       {"run_dir", or_null(run_dir)},
+      {"name", nullptr},
       {"status", env::job_end_name(end.kind)},
       {"exit_code", env::job_exit_code(end)},
       {"timed_out", false},

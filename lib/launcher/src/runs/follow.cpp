@@ -232,7 +232,7 @@ class LogPrinter {
       to(1) += doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
       pending_ += '\n';
     } else {
-      auto& out = to(s.stream == Stream::Out ? 1 : 2);
+      auto& out = to(s.stream == Stream::Out && !options_.stdout_to_stderr ? 1 : 2);
       out += '[';
       out += s.label;
       out += "] ";

@@ -14,7 +14,9 @@
 #include <fmt/format.h>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/run_name.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
+#include "sgpu/launcher/runs/idempotency.hpp"
 
 namespace sgpu::launcher {
 namespace fs = std::filesystem;
@@ -162,6 +164,14 @@ std::vector<RunInfo> list_runs(const std::string& root, std::optional<std::size_
 }
 
 RunInfo find_run(const std::string& root, const std::string& query) {
+  // Names start with a letter, ids with a digit: a RUN is one or the other.
+  if (env::is_run_name_query(query)) {
+    if (auto run = newest_run_named(root, query)) return *run;
+    throw Error(
+        fmt::format("no run named '{}' in {} (a RUN that starts with a letter is a --name; give a name, a "
+                    "run id, a unique prefix of one, or 'last'; 'sgpu runs' lists them)",
+                    query, root));
+  }
   std::vector<std::string> ids;
   if (query == "last") {
     auto newest = list_runs(root, 1);
@@ -201,7 +211,9 @@ nlohmann::ordered_json run_json(const RunInfo& run) {
                                 {"world_size", run.world_size},
                                 {"nnodes", r.value("nnodes", 1)},
                                 {"exit_code", run.exit_code ? json(*run.exit_code) : json(nullptr)},
-                                {"entrypoint", field("entrypoint")}};
+                                {"entrypoint", field("entrypoint")},
+                                {"name", field("name")},
+                                {"idempotency_key", field("idempotency_key")}};
   if (!run.problem.empty()) out["problem"] = run.problem;
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include "sgpu/env/error.hpp"
 #include "sgpu/env/rank_list.hpp"
+#include "sgpu/env/run_name.hpp"
 #include "sgpu/launcher/spec/spec_schema.hpp"
 
 namespace sgpu::launcher {
@@ -48,6 +49,18 @@ void set_nproc(JobSpec& s, const S& v) {
     s.nproc.reset();
     s.nproc_mode = as_string(v);
   }
+}
+
+void set_name(JobSpec& s, const S& v) {
+  if (auto problem = env::run_name_problem(as_string(v)); !problem.empty())
+    throw Error(fmt::format("{}: {}", v.where(), problem));
+  s.name = as_string(v);
+}
+
+void set_idempotency_key(JobSpec& s, const S& v) {
+  if (auto problem = env::idempotency_key_problem(as_string(v)); !problem.empty())
+    throw Error(fmt::format("{}: {}", v.where(), problem));
+  s.idempotency_key = as_string(v);
 }
 
 std::vector<KeyInfo> make_keys() {
@@ -222,6 +235,16 @@ std::vector<KeyInfo> make_keys() {
        .min = 0,
        .max = 1000000000,
        .apply = [](JobSpec& s, const S& v) { s.keep_runs = to_int(v); }},
+      {.path = "job.name",
+       .flags = "--name",
+       .help = "the run's name, shown by sgpu runs and status; sgpu status/logs/wait/cancel NAME find its newest run",
+       .apply = set_name},
+      {.path = "job.idempotency_key",
+       .flags = "--idempotency-key",
+       .env = "SGPU_IDEMPOTENCY_KEY",
+       .help = "start nothing when a run with this key is running (follow it) or succeeded (reuse it); a CI step's "
+               "id makes retries safe",
+       .apply = set_idempotency_key},
       // [rendezvous]
       {.path = "rendezvous.master_port",
        .kind = K::Int,

@@ -63,7 +63,7 @@ std::optional<MlflowConfig> mlflow_config(const JobSpec& spec, const env::Enviro
   c.uri = m.uri;
   c.experiment_name = m.experiment;
   c.experiment_id = m.experiment_id;
-  c.run_name = m.run_name;
+  c.run_name = m.run_name.empty() ? spec.name : m.run_name;  // "" still: the sgpu run id
   c.parent_run_id = get(sgpu_env, "MLFLOW_RUN_ID");
   c.token = get(sgpu_env, "MLFLOW_TRACKING_TOKEN");
   c.username = get(sgpu_env, "MLFLOW_TRACKING_USERNAME");

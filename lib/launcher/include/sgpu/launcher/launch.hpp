@@ -15,8 +15,9 @@ struct LaunchRequest {
   ResolvedSpec resolved;
   env::Environment inherited;
   std::string cwd;
-  std::string config;    // the --config file ("" when none), for the dry run
-  std::string self_exe;  // this binary (/proc/self/exe)
+  std::string config;      // the --config file ("" when none), for the dry run
+  std::string self_exe;    // this binary (/proc/self/exe)
+  bool force_new = false;  // --force-new: a new run even when one with the idempotency key answers
 };
 
 // Runs the job; returns sgpu's exit code. Throws sgpu::Error for what stops

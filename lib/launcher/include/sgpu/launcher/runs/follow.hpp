@@ -19,6 +19,7 @@ struct LogOptions {
   std::optional<std::size_t> tail;  // the last N lines of each rank first
   bool follow = false;              // until the run ends
   bool json = false;                // one JSON object a line: rank, stream, line
+  bool stdout_to_stderr = false;    // every line to stderr (a launch with -o json keeps stdout for its summary)
 };
 
 // Prints the run's rank logs; with `follow`, until the run ends. Returns the

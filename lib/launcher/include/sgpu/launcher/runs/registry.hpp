@@ -44,13 +44,14 @@ std::optional<RunInfo> read_run(const std::string& root, const std::string& id);
 // Runs newest first; at most `limit` of them when given.
 std::vector<RunInfo> list_runs(const std::string& root, std::optional<std::size_t> limit = std::nullopt);
 
-// The run RUN names (resolve_run_id's rules); throws sgpu::Error.
+// The run RUN names: a run name (env::is_run_name_query: the newest run of
+// that --name), else resolve_run_id's rules; throws sgpu::Error.
 RunInfo find_run(const std::string& root, const std::string& query);
 
 // One line of `sgpu runs -o json`: run_id, run_dir, state, host, sgpu_pid,
 // started_at, ended_at, duration_s (so far, while running), world_size,
-// nnodes, exit_code (null until it ends, and for a lost run), entrypoint;
-// problem when there is one.
+// nnodes, exit_code (null until it ends, and for a lost run), entrypoint,
+// name and idempotency_key (null when none); problem when there is one.
 nlohmann::ordered_json run_json(const RunInfo& run);
 // Seconds from start to end (to now while running); nullopt when unknown
 // (a lost run, an unreadable one).

@@ -128,8 +128,10 @@ struct JobSpec {
   bool timestamps = false;             // time of arrival on each console line
   std::string output_format = "text";  // "json": one summary document on stdout
   // Run management (README "Managing runs").
-  bool detach = false;  // the run goes on in the background; the caller prints its id
-  int keep_runs = 100;  // finished runs kept in the runs directory at each launch; 0: all
+  bool detach = false;          // the run goes on in the background; the caller prints its id
+  int keep_runs = 100;          // finished runs kept in the runs directory at each launch; 0: all
+  std::string name;             // --name: what the user calls the run ("" none); RUN may be a name
+  std::string idempotency_key;  // --idempotency-key: a run with this key answers for this launch
 };
 
 // origins[key], else `fallback` ("--gpus 4"): the start of an error message

@@ -31,7 +31,7 @@ struct MlflowConfig {
   std::string uri;  // as given: the ranks get it unchanged
   std::string experiment_name;
   std::string experiment_id;
-  std::string run_name;       // "" means the sgpu run id
+  std::string run_name;       // --mlflow-run-name, else --name; "" means the sgpu run id
   std::string parent_run_id;  // MLFLOW_RUN_ID of sgpu's environment: the new run is its child
   std::string token;          // MLFLOW_TRACKING_TOKEN (bearer)
   std::string username;       // MLFLOW_TRACKING_USERNAME / _PASSWORD (basic)
