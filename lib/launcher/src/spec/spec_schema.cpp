@@ -253,7 +253,7 @@ std::string check_setting(const KeyInfo& key, const Setting& s) {
       break;
     case ValueKind::Duration:
       try {
-        if (!env::parse_duration(*text, s.subject()) && !key.none_ok)
+        if (!env::parse_duration(*text, s.subject(), key.none_ok) && !key.none_ok)
           return wrong("needs a limit, e.g. 30s; \"none\" is not allowed here");
       } catch (const Error& e) {
         return e.what();
