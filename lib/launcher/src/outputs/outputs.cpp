@@ -12,6 +12,7 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/secrets.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/outputs/console_sink.hpp"
 #include "sgpu/launcher/outputs/error_file.hpp"
@@ -144,7 +145,7 @@ struct JobOutputs::Impl {
   static nlohmann::ordered_json state_record(const JobSpec& job, const LaunchPlan& p, const std::string& host) {
     std::string entrypoint = job.entrypoint.kind == env::Entrypoint::Kind::Module ? "-m " : "";
     entrypoint += job.entrypoint.target;
-    for (const auto& a : job.entrypoint.args) entrypoint += " " + env::shell_quote(a);
+    for (const auto& a : env::mask_arguments(job.entrypoint.args)) entrypoint += " " + env::shell_quote(a);
     return {{"version", 1},
             {"run_id", p.run_id},
             {"state", "running"},

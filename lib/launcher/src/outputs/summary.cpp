@@ -101,7 +101,8 @@ json parse_result(const std::optional<std::string>& content) {
 }
 
 json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
-  // spec.json and summary.json get copied into tickets like a dry run's output: masked the same way.
+  // spec.json and summary.json get copied into tickets like a dry run's
+  // output: masked the same way (secret variables, secret options' values).
   json environment = json::object();
   for (const auto& [name, value] : spec.env) environment[name] = env::mask_secret(name, value);
   json gpus = json::array();
@@ -112,9 +113,9 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"entrypoint",
        {{"kind", env::entrypoint_kind_name(spec.entrypoint.kind)},
         {"target", spec.entrypoint.target},
-        {"args", spec.entrypoint.args}}},
+        {"args", env::mask_arguments(spec.entrypoint.args)}}},
       {"executable", plan.executable},
-      {"argv", plan.argv},
+      {"argv", env::mask_arguments(plan.argv)},
       {"cwd", plan.cwd},
       {"world_size", plan.ranks.size()},
       {"nnodes", plan.ranks.empty() ? 1 : plan.ranks.front().place.nnodes},

@@ -74,7 +74,8 @@ KeyValues run_tags(const RunDescription& job, std::string_view git_commit, std::
 
 KeyValues run_params(const RunDescription& job) {
   std::string args;
-  for (const auto& a : mask_arguments(job.entrypoint.args)) args += (args.empty() ? "" : " ") + env::shell_quote(a);
+  for (const auto& a : env::mask_arguments(job.entrypoint.args))
+    args += (args.empty() ? "" : " ") + env::shell_quote(a);
   KeyValues params = {{"sgpu.entrypoint", job.entrypoint.target},
                       {"sgpu.entrypoint_kind", std::string(kind_name(job.entrypoint.kind))},
                       {"sgpu.args", args},
@@ -112,7 +113,7 @@ std::string masked_artifact(std::string_view name, std::string text) {
     if (!list.is_array()) return;
     std::vector<std::string> words;
     for (const auto& w : list) words.push_back(w.is_string() ? w.get<std::string>() : w.dump());
-    list = mask_arguments(words);
+    list = env::mask_arguments(words);
   };
   if (spec->contains("argv")) mask_list((*spec)["argv"]);
   if (spec->contains("entrypoint") && (*spec)["entrypoint"].is_object() && (*spec)["entrypoint"].contains("args"))
