@@ -321,7 +321,7 @@ struct JobOutputs::Impl {
     auto ts = c.record && c.record->timestamp ? *c.record->timestamp : static_cast<long long>(std::time(nullptr));
     auto doc = error_file_for_parent(c.record, "sgpu: " + c.message, c.details, ts, report.exit_code);
     try {
-      write_file_atomic(path, dump_json(doc, -1));
+      write_named_file(path, dump_json(doc, -1));
     } catch (const Error& e) {
       fmt::print(stderr, "sgpu: warning: TORCHELASTIC_ERROR_FILE: {}\n", e.what());
     }
