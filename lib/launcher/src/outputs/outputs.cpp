@@ -30,7 +30,8 @@ namespace sgpu::launcher {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr std::size_t kResultLimit = 16 << 20;
+constexpr std::size_t kResultLimit = 16 << 20;    // one rank's result in the summary, at most
+constexpr std::size_t kResultsBudget = 32 << 20;  // every rank's together, in rank order
 constexpr std::size_t kErrorFileLimit = 4 << 20;
 constexpr std::size_t kStderrTailBytes = 64 << 10;
 constexpr std::size_t kStderrTailLines = 20;
@@ -190,23 +191,12 @@ struct JobOutputs::Impl {
     report.ended = outcome.ended;
     report.timeout = plan.timeout;
     report.mlflow = tracking;
+    std::size_t budget = kResultsBudget;
     for (const auto& r : plan.ranks) {
       RankReport rank;
       rank.rank = r.place.rank;
       rank.host = r.host.empty() ? host : r.host;
-      std::string problem;
-      auto result = read_file(r.files.result_file, kResultLimit + 1, false, &problem);
-      if (result && result->size() > kResultLimit)
-        problem = fmt::format("over {} MiB", kResultLimit >> 20);
-      else if (result && json_nesting_depth(*result) > kMaxRankJsonDepth)
-        problem = fmt::format("JSON nested deeper than {} levels", kMaxRankJsonDepth);
-      if (result) rank.result_file = r.files.result_file;
-      if (!problem.empty()) {
-        report.warnings.push_back(
-            fmt::format("{}: {}, left out of the summary (result null)", r.files.result_file, problem));
-        result.reset();
-      }
-      rank.result = parse_result(result);
+      report.results.push_back(read_result(r.files.result_file, rank, budget, report.warnings));
       report.ranks.push_back(std::move(rank));
     }
     fill_ranks(report.ranks, outcome.ranks);
@@ -234,6 +224,33 @@ struct JobOutputs::Impl {
       report.attempts.push_back(std::move(attempt));
     }
     return report;
+  }
+
+  // A rank's result for the summary (result_json), read bounded; `budget`
+  // is what the ranks after it may still take.
+  static std::string read_result(const std::string& path, RankReport& rank, std::size_t& budget,
+                                 std::vector<std::string>& warnings) {
+    std::string problem;
+    auto result = read_file(path, kResultLimit + 1, false, &problem);
+    if (result && result->size() > kResultLimit)
+      problem = fmt::format("over {} MiB", kResultLimit >> 20);
+    else if (result && json_nesting_depth(*result) > kMaxRankJsonDepth)
+      problem = fmt::format("JSON nested deeper than {} levels", kMaxRankJsonDepth);
+    if (result) rank.result_file = path;
+    if (!problem.empty()) {
+      warnings.push_back(fmt::format("{}: {}, left out of the summary (result null)", path, problem));
+      return "null";
+    }
+    auto text = result_json(std::move(result));
+    if (text.size() > budget) {
+      warnings.push_back(
+          fmt::format("{}: left out of the summary (result null): its {:.1f} MiB would take the results past their "
+                      "budget of {} MiB over all ranks; the file keeps it",
+                      path, static_cast<double>(text.size()) / (1 << 20), kResultsBudget >> 20));
+      return "null";
+    }
+    budget -= text.size();
+    return text;
   }
 
   static void fill_ranks(std::vector<RankReport>& ranks, const std::vector<RankRecord>& records) {
@@ -363,9 +380,10 @@ int JobOutputs::finish(const JobOutcome& outcome) {
         "{} bytes of the job's output were not shown: the reader of sgpu's output was not reading; the logs in "
         "{}/ranks have every line",
         unshown, s.plan.run_dir));
-  auto summary = summary_json(report, s.spec);
+  auto summary = summary_text(summary_json(report, s.spec), report.results);
+  report.results = {};
   try {
-    write_file_atomic((fs::path(s.plan.run_dir) / "summary.json").string(), dump_json(summary));
+    write_file_atomic((fs::path(s.plan.run_dir) / "summary.json").string(), summary);
   } catch (const Error& e) {
     report.warnings.emplace_back(e.what());
   }
@@ -383,7 +401,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   auto text = format_report(report);
   std::fwrite(text.data(), 1, text.size(), stderr);
   s.write_parent_error_file(report);
-  if (s.json_output) write_stdout(dump_json(summary));
+  if (s.json_output) write_stdout(summary);
   return report.exit_code;
 }
 
