@@ -162,6 +162,28 @@ def test_a_symlinked_result_file_is_not_followed(sgpu, tmp_path):
     assert "private" not in pathlib.Path(only_run_dir(sgpu), "summary.json").read_text()
 
 
+def test_an_agent_neither_waits_on_a_fifo_result_nor_follows_a_symlinked_one(sgpu, tmp_path):
+    from multinode import free_port, make_secret_file, static_node
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    private = tmp_path / "private"
+    private.write_text('"not the result"')
+    script = ('rm -f "$SGPU_RESULT_FILE"; case $RANK in 1) mkfifo "$SGPU_RESULT_FILE";; '
+              f'2) ln -s {private} "$SGPU_RESULT_FILE";; *) echo \'{{"r": \'$RANK\'}}\' > "$SGPU_RESULT_FILE";; esac')
+    job = ["--nproc", 2, "--no-python", "sh", "-c", script]
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, "-o", "json", *job)
+    n1 = static_node(sgpu, 2, 1, endpoint, secret, *job)
+    try:
+        out0, err0 = n0.communicate(timeout=60)  # an agent blocked on the FIFO would hold every node
+        n1.communicate(timeout=60)
+    finally:
+        for node in (n0, n1):
+            if node.poll() is None:
+                node.kill()
+                node.communicate()
+    assert n0.returncode == 0 and n1.returncode == 0, err0
+    assert json.loads(out0)["results"] == [{"r": 0}, None, None, {"r": 3}]
+
+
 # --- secrets on the command line and in the environment ----------------------
 
 SECRETS = ["tok-A1b2C3", "key-D4e5F6", "pw-G7h8I9", "pat-J1k2L3", "sshpass-M4n5O6", "netrc-P7q8R9", "env-S1t2U3"]
