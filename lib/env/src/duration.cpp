@@ -11,51 +11,71 @@
 namespace sgpu::env {
 namespace {
 
-[[noreturn]] void bad(std::string_view text, std::string_view what, std::string_view why) {
-  throw Error(
-      fmt::format("{}: invalid duration '{}': {}; valid forms: 3600, 90s, 90m, 2h30m, 1.5h, none", what, text, why));
-}
+struct Problem {
+  std::string_view text, what;
+  bool none_ok;
 
-double unit_seconds(std::string_view unit) {
-  if (unit == "ms") return 0.001;
-  if (unit == "s" || unit == "sec") return 1;
-  if (unit == "m" || unit == "min") return 60;
-  if (unit == "h") return 3600;
-  if (unit == "d") return 86400;
-  return -1;
+  // The valid forms name "none" only where it is valid.
+  [[noreturn]] void operator()(std::string_view why) const {
+    throw Error(fmt::format("{}: invalid duration '{}': {}; valid forms: 3600, 90s, 90m, 2h30m, 1.5h{}", what, text,
+                            why, none_ok ? ", none" : ""));
+  }
+};
+
+struct Unit {
+  std::string_view name;
+  double seconds;
+  int order;  // units go from the largest (0) to the smallest
+};
+
+constexpr Unit kUnits[] = {{"d", 86400, 0}, {"h", 3600, 1}, {"m", 60, 2},    {"min", 60, 2},
+                           {"s", 1, 3},     {"sec", 1, 3},  {"ms", 0.001, 4}};
+
+const Unit* find_unit(std::string_view name) {
+  for (const auto& u : kUnits)
+    if (u.name == name) return &u;
+  return nullptr;
 }
 
 }  // namespace
 
-std::optional<Seconds> parse_duration(std::string_view text, std::string_view what) {
-  if (text == "none" || text == "inf" || text == "infinity") return std::nullopt;
-  if (text.empty()) bad(text, what, "it is empty");
+std::optional<Seconds> parse_duration(std::string_view text, std::string_view what, bool none_ok) {
+  if (text == "none") return std::nullopt;
+  const Problem bad{text, what, none_ok};
+  if (text.empty()) bad("it is empty");
   double total = 0;
   std::size_t i = 0;
-  bool any_unit = false;
+  const Unit* last = nullptr;
   while (i < text.size()) {
     std::size_t start = i;
     while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-    if (start == i) bad(text, what, fmt::format("expected a number at position {}", start + 1));
+    if (start == i) bad(fmt::format("expected a number at position {}", start + 1));
     double value = 0;
     auto [ptr, ec] = std::from_chars(text.data() + start, text.data() + i, value);
-    if (ec != std::errc() || ptr != text.data() + i) bad(text, what, "malformed number");
+    if (ec != std::errc() || ptr != text.data() + i) bad("malformed number");
     std::size_t unit_start = i;
     while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
     std::string_view unit = text.substr(unit_start, i - unit_start);
     if (unit.empty()) {
-      if (i != text.size() || any_unit) bad(text, what, "a bare number must stand alone (it means seconds)");
+      if (i != text.size() || last != nullptr) bad("a bare number must stand alone (it means seconds)");
       total += value;
       break;
     }
-    double factor = unit_seconds(unit);
-    if (factor < 0) bad(text, what, fmt::format("unknown unit '{}' (use ms, s, m, h, d)", unit));
-    any_unit = true;
-    total += value * factor;
+    const Unit* u = find_unit(unit);
+    if (u == nullptr) bad(fmt::format("unknown unit '{}' (use ms, s, m, h, d)", unit));
+    // "2h30m30m" or "30m2h" is a typo more likely than a sum.
+    if (last != nullptr && u->order == last->order) bad(fmt::format("'{}' is given twice", unit));
+    if (last != nullptr && u->order < last->order) bad("units go from the largest to the smallest (d, h, m, s, ms)");
+    last = u;
+    total += value * u->seconds;
   }
   if (!std::isfinite(total) || total > kMaxDuration.count())
-    bad(text, what, fmt::format("it is too large (at most {}d)", kMaxDuration.count() / 86400));
-  if (total <= 0) bad(text, what, "it must be greater than zero (use 'none' for no limit)");
+    bad(fmt::format("it is too large (at most {}d)", kMaxDuration.count() / 86400));
+  if (total <= 0)
+    bad(none_ok ? "it must be greater than zero (use 'none' for no limit)" : "it must be greater than zero");
+  // Timers, the summary and the messages count milliseconds: less would be
+  // an instant timeout shown as "0ms".
+  if (total < kMinDuration.count()) bad("it is under 1ms, the shortest duration sgpu counts");
   return Seconds(total);
 }
 
@@ -76,7 +96,7 @@ std::string format_duration(Seconds d) {
 }
 
 Seconds parse_limit(std::string_view text, const std::string& where) {
-  auto d = parse_duration(text, where);
+  auto d = parse_duration(text, where, false);
   if (!d || d->count() <= 0) throw Error(fmt::format("{}: give a limit, e.g. 10s", where));
   return *d;
 }

@@ -6,7 +6,6 @@ namespace sgpu::env {
 
 Seconds restart_backoff(Seconds base, int restart) {
   if (base <= Seconds{0} || restart < 1) return Seconds{0};
-  if (base >= kMaxRestartBackoff) return base;
   Seconds wait = base;
   for (int i = 1; i < restart && wait < kMaxRestartBackoff; ++i) wait *= 2;
   return std::min(wait, kMaxRestartBackoff);

@@ -42,7 +42,51 @@ TEST_CASE("env::parse_duration") {
       }
     }
   }
-  SUBCASE("none means no limit") { CHECK_FALSE(parse_duration("none", "--timeout").has_value()); }
+  SUBCASE("none means no limit, and is its only spelling") {
+    CHECK_FALSE(parse_duration("none", "--timeout").has_value());
+    CHECK_THROWS_AS(parse_duration("inf", "--timeout"), sgpu::Error);
+    CHECK_THROWS_AS(parse_duration("infinity", "--timeout"), sgpu::Error);
+  }
+  SUBCASE("what is refused, and why") {
+    struct Refused {
+      const char* text;
+      bool none_ok;
+      const char* why;
+    };
+    const Refused refused[] = {
+        {"2h30m30m", true, "'m' is given twice"},
+        {"1s1sec", true, "'sec' is given twice"},
+        {"1m1min", true, "'min' is given twice"},
+        {"30m2h", true, "units go from the largest to the smallest (d, h, m, s, ms)"},
+        {"5ms1s", true, "units go from the largest to the smallest"},
+        {"0.0000000001", true, "it is under 1ms, the shortest duration sgpu counts"},
+        {"0.5ms", true, "it is under 1ms"},
+        {"0", true,
+         "it must be greater than zero (use 'none' for no limit); valid forms: 3600, 90s, 90m, 2h30m, "
+         "1.5h, none"},
+        {"0", false, "it must be greater than zero; valid forms: 3600, 90s, 90m, 2h30m, 1.5h"},
+        {"0s", false, "it must be greater than zero; valid forms: 3600, 90s, 90m, 2h30m, 1.5h"},
+        {"abc", false, "valid forms: 3600, 90s, 90m, 2h30m, 1.5h"},
+    };
+    for (const auto& row : refused) {
+      CAPTURE(row.text);
+      CAPTURE(row.none_ok);
+      try {
+        parse_duration(row.text, "--grace", row.none_ok);
+        FAIL("accepted");
+      } catch (const sgpu::Error& e) {
+        std::string msg = e.what();
+        CHECK(msg.find(std::string("--grace: invalid duration '") + row.text + "': ") == 0);
+        CHECK(msg.find(row.why) != std::string::npos);
+        CHECK((msg.find("none") == std::string::npos) == !row.none_ok);
+        CHECK(e.exit_code() == 2);
+      }
+    }
+  }
+  SUBCASE("units in order, each once, are summed") {
+    CHECK(parse_duration("1d2h3m4s5ms", "--timeout")->count() == doctest::Approx(86400 + 7200 + 180 + 4.005));
+    CHECK(parse_duration("1ms", "--timeout")->count() == doctest::Approx(0.001));
+  }
   SUBCASE("bad input names the flag, the text and the valid forms") {
     const char* bad[] = {"", "abc", "10x", "-5", "0", "5m3", "h", "1..5s"};
     for (const char* text : bad) {

@@ -112,6 +112,11 @@ std::optional<int> answer_from_keyed_run(const LaunchContext& ctx, bool force_ne
   check_same_work(*run, spec);
   auto action = key_action(run->state);
   if (action == KeyAction::Start) return std::nullopt;
+  if (action == KeyAction::Refuse)
+    throw Error(fmt::format("--idempotency-key {}: run {} has this key but cannot be read ({}); whether it runs is "
+                            "unknown, so no second run starts: see `sgpu status {}`, or pass --force-new",
+                            spec.idempotency_key, run->id, run->problem, run->id),
+                1);
   lock.reset();  // no new run will record the key
   if (spec.detach) return print_reused_id(*run, spec);
   if (action == KeyAction::Reuse) return print_reused_end(*run, spec);

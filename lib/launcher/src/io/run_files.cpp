@@ -1,6 +1,7 @@
 #include "sgpu/launcher/io/run_files.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
@@ -125,11 +126,55 @@ void write_file_atomic(const std::string& path, std::string_view content) {
   throw Error(error, 1);
 }
 
+namespace {
+
+// Writes all of `content` to `fd`, opened non-blocking: a FIFO's reader gets
+// 5 s to take each part, never more. The error's text, "" when all went.
+std::string write_all(int fd, std::string_view content) {
+  constexpr int kWriteThroughWaitMs = 5000;
+  while (!content.empty()) {
+    ssize_t n = ::write(fd, content.data(), content.size());
+    if (n >= 0) {
+      content.remove_prefix(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) return std::strerror(errno);
+    pollfd p{fd, POLLOUT, 0};
+    int ready = ::poll(&p, 1, kWriteThroughWaitMs);
+    if (ready == 0) return fmt::format("its reader took nothing for {} s", kWriteThroughWaitMs / 1000);
+    if (ready < 0 && errno != EINTR) return std::strerror(errno);
+  }
+  return {};
+}
+
+}  // namespace
+
+void write_named_file(const std::string& path, std::string_view content) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 ? errno == ENOENT : S_ISREG(st.st_mode)) {
+    write_file_atomic(path, content);
+    return;
+  }
+  // A FIFO without a reader fails at once (ENXIO) rather than wait for one.
+  int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
+  if (fd < 0) {
+    const char* why = errno == ENXIO ? "it is a FIFO that nobody reads" : std::strerror(errno);
+    throw Error(fmt::format("cannot write {}: {}", path, why), 1);
+  }
+  auto error = write_all(fd, content);
+  ::close(fd);
+  if (!error.empty()) throw Error(fmt::format("cannot write {}: {}", path, error), 1);
+}
+
 std::optional<std::string> read_file(const std::string& path, std::size_t max_bytes, bool tail, std::string* problem) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer that never comes.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // O_NOFOLLOW: what a rank left in its run directory is read, not whatever
+  // a symlink there points to.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) {
-    if (errno != ENOENT && problem != nullptr) *problem = fmt::format("cannot read it: {}", std::strerror(errno));
+    if (errno != ENOENT && problem != nullptr)
+      *problem = errno == ELOOP ? "it is a symbolic link" : fmt::format("cannot read it: {}", std::strerror(errno));
     return std::nullopt;
   }
   struct stat st {};

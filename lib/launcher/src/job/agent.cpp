@@ -6,7 +6,6 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <thread>
 
@@ -20,6 +19,7 @@
 #include "sgpu/launcher/devices/topology.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
 #include "sgpu/launcher/io/print.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
@@ -37,14 +37,9 @@ namespace rdzv = sgpu::rendezvous;
 
 namespace {
 
-std::optional<std::string> read_capped(const std::string& path, std::size_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string content(limit, '\0');
-  in.read(content.data(), static_cast<std::streamsize>(limit));
-  content.resize(static_cast<std::size_t>(in.gcount()));
-  return content;
-}
+// A rank's file as the launcher reads its own (read_file): a regular file
+// only, never through a symlink, never waiting on a FIFO.
+std::optional<std::string> read_capped(const std::string& path, std::size_t limit) { return read_file(path, limit); }
 
 rdzv::OutputStream wire(Stream s) { return s == Stream::Out ? rdzv::OutputStream::Out : rdzv::OutputStream::Err; }
 

@@ -13,6 +13,7 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/secrets.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/outputs/console_sink.hpp"
 #include "sgpu/launcher/outputs/error_file.hpp"
@@ -34,7 +35,8 @@ namespace sgpu::launcher {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr std::size_t kResultLimit = 16 << 20;
+constexpr std::size_t kResultLimit = 16 << 20;    // one rank's result in the summary, at most
+constexpr std::size_t kResultsBudget = 32 << 20;  // every rank's together, in rank order
 constexpr std::size_t kErrorFileLimit = 4 << 20;
 constexpr std::size_t kStderrTailBytes = 64 << 10;
 constexpr std::size_t kStderrTailLines = 20;
@@ -157,7 +159,7 @@ struct JobOutputs::Impl {
   static nlohmann::ordered_json state_record(const JobSpec& job, const LaunchPlan& p, const std::string& host) {
     std::string entrypoint = job.entrypoint.kind == env::Entrypoint::Kind::Module ? "-m " : "";
     entrypoint += job.entrypoint.target;
-    for (const auto& a : job.entrypoint.args) entrypoint += " " + env::shell_quote(a);
+    for (const auto& a : env::mask_arguments(job.entrypoint.args)) entrypoint += " " + env::shell_quote(a);
     return {{"version", 1},
             {"run_id", p.run_id},
             {"state", "running"},
@@ -218,24 +220,13 @@ struct JobOutputs::Impl {
     report.ended = outcome.ended;
     report.timeout = plan.timeout;
     report.mlflow = tracking;
+    std::size_t budget = kResultsBudget;
     for (const auto& r : plan.ranks) {
       RankReport rank;
       rank.rank = r.place.rank;
       rank.host = r.host.empty() ? host : r.host;
-      std::string problem;
-      auto result = read_file(r.files.result_file, kResultLimit + 1, false, &problem);
-      if (result && result->size() > kResultLimit)
-        problem = fmt::format("over {} MiB", kResultLimit >> 20);
-      else if (result && json_nesting_depth(*result) > kMaxRankJsonDepth)
-        problem = fmt::format("JSON nested deeper than {} levels", kMaxRankJsonDepth);
-      if (result) rank.result_file = r.files.result_file;
       if (r.binding) rank.binding = binding_json(*r.binding, plan.cpu_bind != CpuBind::None);
-      if (!problem.empty()) {
-        report.warnings.push_back(
-            fmt::format("{}: {}, left out of the summary (result null)", r.files.result_file, problem));
-        result.reset();
-      }
-      rank.result = parse_result(result);
+      report.results.push_back(read_result(r.files.result_file, rank, budget, report.warnings));
       report.ranks.push_back(std::move(rank));
     }
     fill_ranks(report.ranks, outcome.ranks);
@@ -270,6 +261,33 @@ struct JobOutputs::Impl {
       if (seen.insert(w).second) once.push_back(std::move(w));
     report.warnings = std::move(once);
     return report;
+  }
+
+  // A rank's result for the summary (result_json), read bounded; `budget`
+  // is what the ranks after it may still take.
+  static std::string read_result(const std::string& path, RankReport& rank, std::size_t& budget,
+                                 std::vector<std::string>& warnings) {
+    std::string problem;
+    auto result = read_file(path, kResultLimit + 1, false, &problem);
+    if (result && result->size() > kResultLimit)
+      problem = fmt::format("over {} MiB", kResultLimit >> 20);
+    else if (result && json_nesting_depth(*result) > kMaxRankJsonDepth)
+      problem = fmt::format("JSON nested deeper than {} levels", kMaxRankJsonDepth);
+    if (result) rank.result_file = path;
+    if (!problem.empty()) {
+      warnings.push_back(fmt::format("{}: {}, left out of the summary (result null)", path, problem));
+      return "null";
+    }
+    auto text = result_json(std::move(result));
+    if (text.size() > budget) {
+      warnings.push_back(
+          fmt::format("{}: left out of the summary (result null): its {:.1f} MiB would take the results past their "
+                      "budget of {} MiB over all ranks; the file keeps it",
+                      path, static_cast<double>(text.size()) / (1 << 20), kResultsBudget >> 20));
+      return "null";
+    }
+    budget -= text.size();
+    return text;
   }
 
   static void fill_ranks(std::vector<RankReport>& ranks, const std::vector<RankRecord>& records) {
@@ -357,7 +375,7 @@ struct JobOutputs::Impl {
     auto ts = c.record && c.record->timestamp ? *c.record->timestamp : static_cast<long long>(std::time(nullptr));
     auto doc = error_file_for_parent(c.record, "sgpu: " + c.message, c.details, ts, report.exit_code);
     try {
-      write_file_atomic(path, dump_json(doc, -1));
+      write_named_file(path, dump_json(doc, -1));
     } catch (const Error& e) {
       diagnostic("sgpu: warning: TORCHELASTIC_ERROR_FILE: {}\n", e.what());
     }
@@ -398,9 +416,10 @@ int JobOutputs::finish(const JobOutcome& outcome) {
         "{} bytes of the job's output were not shown: the reader of sgpu's output was not reading; the logs in "
         "{}/ranks have every line",
         unshown, s.plan.run_dir));
-  auto summary = summary_json(report, s.spec);
+  auto summary = summary_text(summary_json(report, s.spec), report.results);
+  report.results = {};
   try {
-    write_file_atomic((fs::path(s.plan.run_dir) / "summary.json").string(), dump_json(summary));
+    write_file_atomic((fs::path(s.plan.run_dir) / "summary.json").string(), summary);
   } catch (const Error& e) {
     report.warnings.emplace_back(e.what());
   }
@@ -418,7 +437,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   auto text = format_report(report);
   diagnostic(text);
   s.write_parent_error_file(report);
-  if (s.json_output) output(dump_json(summary));
+  if (s.json_output) output(summary);
   if (s.job_spec.keep_runs > 0) s.retire_older_runs(s.job_spec.keep_runs);
   return report.exit_code;
 }

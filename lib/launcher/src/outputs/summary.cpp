@@ -88,21 +88,43 @@ json attempt_json(int attempt, const env::JobEnd& end, int exit_code, Clock::tim
 }
 }  // namespace
 
-json parse_result(const std::optional<std::string>& content) {
-  if (!content || json_nesting_depth(*content) > kMaxRankJsonDepth) return nullptr;
+// `text` (valid JSON) without the whitespace between its tokens, in place.
+void compact_json(std::string& text) {
+  std::size_t out = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      in_string = escaped || c != '"';
+      escaped = !escaped && c == '\\';
+    } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      continue;
+    } else {
+      in_string = c == '"';
+    }
+    text[out++] = c;
+  }
+  text.resize(out);
+}
+
+std::string result_json(std::optional<std::string> content) {
+  if (!content || json_nesting_depth(*content) > kMaxRankJsonDepth) return "null";
   // Bytes that are not text (a pickle, an image) would reach the JSON as
   // replacement characters, which nobody can decode: the rank's row names
   // the file instead (result_file).
-  if (!valid_utf8(*content)) return nullptr;
-  auto doc = json::parse(*content, nullptr, false);
-  if (!doc.is_discarded()) return doc;
-  std::string text = *content;
-  if (!text.empty() && text.back() == '\n') text.pop_back();
-  return text;
+  if (!valid_utf8(*content)) return "null";
+  // Checked without building it: a 16 MiB array would take ten times that
+  // as nlohmann values.
+  if (json::accept(*content)) {
+    compact_json(*content);
+    return std::move(*content);
+  }
+  if (!content->empty() && content->back() == '\n') content->pop_back();
+  return json(std::move(*content)).dump();
 }
 
 json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
-  // spec.json and summary.json get copied into tickets like a dry run's output: masked the same way.
+  // spec.json and summary.json get copied into tickets like a dry run's
+  // output: masked the same way (secret variables, secret options' values).
   json environment = json::object();
   for (const auto& [name, value] : spec.env) environment[name] = env::mask_secret(name, value);
   json gpus = json::array();
@@ -113,13 +135,13 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"entrypoint",
        {{"kind", env::entrypoint_kind_name(spec.entrypoint.kind)},
         {"target", spec.entrypoint.target},
-        {"args", spec.entrypoint.args}}},
+        {"args", env::mask_arguments(spec.entrypoint.args)}}},
       {"name", spec.name.empty() ? json(nullptr) : json(spec.name)},
       {"idempotency_key", spec.idempotency_key.empty() ? json(nullptr) : json(spec.idempotency_key)},
       // As asked for (--gpus, --nproc...): what another launch with the same key must match.
       {"resources", requested_resources(spec)},
       {"executable", plan.executable},
-      {"argv", plan.argv},
+      {"argv", env::mask_arguments(plan.argv)},
       {"cwd", plan.cwd},
       {"world_size", plan.ranks.size()},
       {"nnodes", plan.ranks.empty() ? 1 : plan.ranks.front().place.nnodes},
@@ -150,7 +172,6 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
 
 json summary_json(const RunReport& report, const json& spec) {
   json ranks = json::array();
-  json results = json::array();
   for (const auto& r : report.ranks) {
     json row = {{"rank", r.rank},
                 {"host", r.host},
@@ -162,13 +183,11 @@ json summary_json(const RunReport& report, const json& spec) {
                 {"started_at", r.status ? json(iso_time(r.started)) : json(nullptr)},
                 {"ended_at", r.status ? json(iso_time(r.ended)) : json(nullptr)},
                 {"duration_s", r.status ? json(duration_seconds(r.started, r.ended)) : json(nullptr)},
-                {"result", r.result},
                 {"result_file", r.result_file.empty() ? json(nullptr) : json(r.result_file)},
                 {"stdout", rank_log_path(report.run_dir, r.rank, Stream::Out)},
                 {"stderr", rank_log_path(report.run_dir, r.rank, Stream::Err)}};
     if (!r.binding.is_null()) row["binding"] = r.binding;  // --cpu-bind, --report-bindings
     ranks.push_back(std::move(row));
-    results.push_back(r.result);
   }
   auto root_cause = root_cause_json(report.root_cause, report.ranks, report.end);
   json attempts = json::array();
@@ -192,7 +211,7 @@ json summary_json(const RunReport& report, const json& spec) {
       {"world_size", report.ranks.size()},
       {"spec", spec},
       {"ranks", ranks},
-      {"results", results},
+      {"results", nullptr},  // summary_text() puts them in
       {"root_cause", root_cause},
       {"attempts", attempts},
       {"warnings", report.warnings},
@@ -234,6 +253,26 @@ json not_started_json(const std::string& run_id, const std::string& run_dir, con
       {"ray_metrics", nullptr},
       {"mlflow", mlflow_json(mlflow)},
   };
+}
+
+std::string summary_text(const json& summary, const std::vector<std::string>& results) {
+  auto text = dump_json(summary);
+  // The one top-level "results" (deeper keys are indented further, and no
+  // string holds a raw newline): each rank's result on a line of its own.
+  constexpr std::string_view kKey = "\n  \"results\": null";
+  auto at = text.find(kKey);
+  if (at == std::string::npos) return text;
+  std::size_t size = 0;
+  for (const auto& r : results) size += r.size() + 6;
+  std::string list = "\n  \"results\": [";
+  list.reserve(list.size() + size + 4);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    list += i == 0 ? "\n    " : ",\n    ";
+    list += results[i];
+  }
+  list += results.empty() ? "]" : "\n  ]";
+  text.replace(at, kKey.size(), list);
+  return text;
 }
 
 std::string dump_json(const json& doc, int indent) {

@@ -39,9 +39,12 @@ std::string origin_text(const Origin& o) {
   return o.name;
 }
 
-// A setting's value as shown: secrets masked by the variable's name ([env])
-// or by what they hold (a password in a URL, as in mlflow.uri).
+// A setting's value as shown: secrets masked by the variable's name ([env]),
+// by what they hold (a password in a URL, as in mlflow.uri), or, in the
+// entrypoint's arguments, by the option they follow ("--token x").
 nlohmann::json value_json(const Setting& s) {
+  if (const auto* list = std::get_if<std::vector<std::string>>(&s.value); list && s.key == "job.args")
+    return env::mask_arguments(*list);
   const auto* text = std::get_if<std::string>(&s.value);
   if (text == nullptr) return std::visit([](const auto& v) { return nlohmann::json(v); }, s.value);
   auto name = s.key.starts_with("env.") ? s.key.substr(4) : s.key.substr(s.key.rfind('.') + 1);
@@ -131,7 +134,7 @@ std::string dry_run_text(const DryRun& d) {
   std::string out = "sgpu launch --dry-run: the plan; nothing was started\n";
   auto line = [&](const char* what, const std::string& text) { out += fmt::format("  {:<10}{}\n", what, text); };
   if (!d.config.empty()) line("config", d.config);
-  line("command", env::shell_join(first.argv));
+  line("command", env::shell_join(env::mask_arguments(first.argv)));
   line("cwd", first.cwd);
   line("nodes", fmt::format("{} ({} backend)", d.nodes.size(), d.backend));
   line("ranks", fmt::format("{} in all, {} per node", ranks.size(), first.ranks.size()));
@@ -202,7 +205,7 @@ std::string dry_run_json(const DryRun& d) {
   doc["dry_run"] = true;
   doc["config"] = d.config.empty() ? json(nullptr) : json(d.config);
   doc["backend"] = d.backend;
-  doc["command"] = first.argv;
+  doc["command"] = env::mask_arguments(first.argv);
   doc["executable"] = first.executable;
   doc["cwd"] = first.cwd;
   doc["gpu_type"] = first.gpu_type;

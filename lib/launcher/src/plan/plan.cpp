@@ -10,6 +10,7 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/restart.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 
 namespace sgpu::launcher {
@@ -59,8 +60,12 @@ RestartPolicy restart_policy(const JobSpec& spec) {
     throw Error(fmt::format("{}: --ray does not restart the Ray cluster; drop it",
                             where_set(spec, "job.max_restarts", fmt::format("--max-restarts {}", spec.max_restarts))));
   if (spec.max_restarts < 0) throw Error(fmt::format("--max-restarts {}: must be 0 or more", spec.max_restarts));
-  auto backoff = env::parse_duration(spec.restart_backoff, "--restart-backoff");
+  auto backoff = env::parse_duration(spec.restart_backoff, "--restart-backoff", false);
   if (!backoff) throw Error("--restart-backoff none: give a wait, e.g. 1s");
+  if (*backoff > env::kMaxRestartBackoff)
+    throw Error(fmt::format("{0}: at most {1}s (the wait doubles after each restart, up to {1}s); give {1}s or less",
+                            where_set(spec, "job.restart_backoff", "--restart-backoff " + spec.restart_backoff),
+                            env::kMaxRestartBackoff.count()));
   return {spec.max_restarts, *backoff};
 }
 

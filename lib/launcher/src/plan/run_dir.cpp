@@ -1,11 +1,14 @@
 #include "sgpu/launcher/plan/run_dir.hpp"
 
+#include <pwd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
 #include <ctime>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -29,7 +32,10 @@ std::string default_runs_root(const env::Environment& environment) {
     auto it = environment.find(name);
     return it == environment.end() ? std::string() : it->second;
   };
-  if (auto home = get("SGPU_HOME"); !home.empty()) return (fs::path(home) / "runs").string();
+  // A shell leaves "~" in a quoted assignment (SGPU_HOME="~/sgpu"), and so
+  // do env files and container settings: it is meant as the home all the same.
+  if (auto home = get("SGPU_HOME"); !home.empty())
+    return (fs::path(expand_home(home, environment, "SGPU_HOME")) / "runs").string();
   if (auto state = get("XDG_STATE_HOME"); !state.empty()) return (fs::path(state) / "sgpu" / "runs").string();
   if (auto home = get("HOME"); !home.empty()) return (fs::path(home) / ".local/state/sgpu/runs").string();
   return (private_temp_dir(environment) / "runs").string();
@@ -50,12 +56,41 @@ fs::path private_temp_dir(const env::Environment& environment) {
   return dir;
 }
 
-std::string expand_home(const std::string& path, const env::Environment& environment, std::string_view what) {
-  if (path != "~" && !path.starts_with("~/")) return path;
+std::optional<std::string> passwd_home(const std::string& user) {
+  long hint = ::sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::vector<char> buffer(hint > 0 ? static_cast<std::size_t>(hint) : 16384);
+  while (true) {
+    passwd entry{};
+    passwd* found = nullptr;
+    int err = ::getpwnam_r(user.c_str(), &entry, buffer.data(), buffer.size(), &found);
+    if (err == ERANGE && buffer.size() < (1u << 20)) {
+      buffer.resize(buffer.size() * 2);
+      continue;
+    }
+    if (err != 0 || found == nullptr || found->pw_dir == nullptr) return std::nullopt;
+    return std::string(found->pw_dir);
+  }
+}
+
+std::string expand_home(const std::string& path, const env::Environment& environment, std::string_view what,
+                        HomeOf home_of) {
+  if (!path.starts_with('~')) return path;
+  auto slash = path.find('/');
+  auto user = path.substr(1, slash == std::string::npos ? std::string::npos : slash - 1);
+  auto rest = slash == std::string::npos ? std::string() : path.substr(slash);
+  if (!user.empty()) {
+    auto home = home_of(user);
+    if (!home)
+      throw Error(
+          fmt::format("{} {}: there is no user '{}' on this host, so '~{}' means nothing; give an absolute "
+                      "path",
+                      what, path, user, user));
+    return *home + rest;
+  }
   auto home = environment.find("HOME");
   if (home == environment.end() || home->second.empty())
     throw Error(fmt::format("{} {}: HOME is not set, so '~' means nothing; give an absolute path", what, path));
-  return home->second + path.substr(1);
+  return home->second + rest;
 }
 
 std::string runs_root(const std::string& log_dir, const env::Environment& environment) {

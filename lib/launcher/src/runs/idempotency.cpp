@@ -81,6 +81,8 @@ KeyAction key_action(std::optional<RunState> newest) {
       return KeyAction::Follow;
     case RunState::Succeeded:
       return KeyAction::Reuse;
+    case RunState::Unknown:
+      return KeyAction::Refuse;
     case RunState::Failed:
     case RunState::TimedOut:
     case RunState::Cancelled:

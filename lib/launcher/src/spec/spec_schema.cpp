@@ -57,6 +57,14 @@ std::string range_text(const KeyInfo& key) {
   return key.max > key.min ? fmt::format(" from {} to {}", key.min, key.max) : "";
 }
 
+bool has_nul(const Setting& s) {
+  auto nul = [](const std::string& text) { return text.find('\0') != std::string::npos; };
+  if (const auto* text = std::get_if<std::string>(&s.value)) return nul(*text);
+  if (const auto* list = std::get_if<std::vector<std::string>>(&s.value))
+    return std::any_of(list->begin(), list->end(), nul);
+  return false;
+}
+
 bool valid_env_name(std::string_view name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
   return std::all_of(name.begin(), name.end(),
@@ -256,6 +264,9 @@ std::variant<Setting, std::string> setting_from_text(const KeyInfo& key, std::st
 
 std::string check_setting(const KeyInfo& key, const Setting& s) {
   auto wrong = [&](const std::string& why) { return fmt::format("{}: {}", s.where(), why); };
+  // TOML can spell a NUL ("\u0000"), but no variable, argument or path can
+  // hold one: the rank would get the text cut short at it.
+  if (has_nul(s)) return wrong("contains a NUL character (\\u0000), which no variable, argument or path can hold");
   const auto* n = std::get_if<std::int64_t>(&s.value);
   const auto* text = std::get_if<std::string>(&s.value);
   switch (key.kind) {
@@ -278,7 +289,7 @@ std::string check_setting(const KeyInfo& key, const Setting& s) {
       break;
     case ValueKind::Duration:
       try {
-        if (!env::parse_duration(*text, s.subject()) && !key.none_ok)
+        if (!env::parse_duration(*text, s.subject(), key.none_ok) && !key.none_ok)
           return wrong("needs a limit, e.g. 30s; \"none\" is not allowed here");
       } catch (const Error& e) {
         return e.what();

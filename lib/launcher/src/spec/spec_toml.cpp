@@ -18,11 +18,16 @@ namespace {
 
 constexpr std::uintmax_t kMaxSpecFileBytes = 1 << 20;
 
+// As TOML writes it: control characters (a NUL, an escape) escaped, so that
+// a message shows them and never sends them to the terminal.
 std::string quoted(const std::string& text) {
   std::string out = "\"";
   for (char c : text) {
     if (c == '"' || c == '\\') out += '\\';
-    out += c;
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      out += fmt::format("\\u{:04X}", static_cast<unsigned char>(c));
+    else
+      out += c;
   }
   return out + "\"";
 }
@@ -164,6 +169,11 @@ struct FileReader {
     for (const auto& [key_ptr, node_ptr] : in_file_order(table)) {
       const toml::key& k = *key_ptr;
       const toml::node& node = *node_ptr;
+      if (std::any_of(k.str().begin(), k.str().end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+        layer.errors.push_back(fmt::format("{}: the key {} holds a control character; no key of the job spec does",
+                                           pos(k.source()), quoted(std::string(k.str()))));
+        continue;
+      }
       std::string full = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
       const KeyInfo* key = find_key(full);
       if (key && key->kind == ValueKind::StringMap) {

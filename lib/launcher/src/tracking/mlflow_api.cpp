@@ -301,32 +301,6 @@ std::string authorization(std::string_view token, std::string_view username, std
   return "";
 }
 
-std::vector<std::string> mask_arguments(const std::vector<std::string>& args) {
-  std::vector<std::string> out;
-  bool next_is_secret = false;
-  for (const auto& arg : args) {
-    if (next_is_secret) {
-      out.emplace_back("****");
-      next_is_secret = false;
-      continue;
-    }
-    auto name = std::string_view(arg).substr(0, arg.find('='));
-    bool flag = name.starts_with('-');
-    while (name.starts_with('-')) name.remove_prefix(1);
-    if (flag && env::is_secret_name(name)) {
-      if (arg.find('=') == std::string::npos) {
-        out.push_back(arg);
-        next_is_secret = true;
-      } else {
-        out.push_back(arg.substr(0, arg.find('=') + 1) + "****");
-      }
-      continue;
-    }
-    out.push_back(env::mask_secret("", arg));
-  }
-  return out;
-}
-
 std::string scrub(std::string text, std::string_view secret) {
   if (secret.empty()) return text;
   for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 4))

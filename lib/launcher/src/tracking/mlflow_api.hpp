@@ -96,10 +96,6 @@ std::string run_link(const ServerUrl& server, std::string_view experiment_id, st
 // "Basic dXNlcjpwdw==" or "Bearer t"; "" for none. The token wins, as in MLflow's client.
 std::string authorization(std::string_view token, std::string_view username, std::string_view password);
 
-// Arguments as they may be recorded: a URL's password, "--api-key=x" and the
-// value after "--api-key" or "--token" masked as the dry run masks secrets.
-std::vector<std::string> mask_arguments(const std::vector<std::string>& args);
-
 // A server's message with `secret` (a token, a password) replaced by "****".
 std::string scrub(std::string text, std::string_view secret);
 

@@ -23,9 +23,10 @@ std::vector<Metric> end_metrics(const RunEnd& run);
 
 std::int64_t epoch_ms(Clock::time_point t);
 
-// spec.json or summary.json as uploaded: the spec's [env] values masked as
-// the dry run masks them (the run directory keeps them whole). Text that is
-// not such a document is returned as it is.
+// spec.json as uploaded: its [env] values and arguments masked as the dry
+// run masks them (spec_json already did; this holds for any spec.json).
+// Anything else, summary.json too (its spec was masked when it was made),
+// and text that is not such a document, is returned as it is.
 std::string masked_artifact(std::string_view name, std::string text);
 
 // The commit checked out in `dir` or the nearest directory above it that is

@@ -1,3 +1,5 @@
+#include <string_view>
+
 #include <doctest/doctest.h>
 
 #include "backends/ssh/remote_env.hpp"
@@ -72,6 +74,9 @@ TEST_CASE("env::parse_env_file") {
     CAPTURE(std::string(row.text));
     CHECK_THROWS_WITH_AS(parse_env_file(row.text, "vars.env", here), doctest::Contains(row.message), sgpu::Error);
   }
+  using namespace std::string_view_literals;
+  CHECK_THROWS_WITH_AS(parse_env_file("A=1\nB=abc\0xyz\n"sv, "vars.env", here),
+                       doctest::Contains("--env-file vars.env:2: holds a NUL byte"), sgpu::Error);
   CHECK_THROWS_WITH_AS(parse_env_assignment("NOPE", here, "-x"), doctest::Contains("-x NOPE: NOPE is not set here"),
                        sgpu::Error);
 }

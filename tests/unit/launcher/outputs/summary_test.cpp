@@ -11,40 +11,49 @@ using json = nlohmann::ordered_json;
 using sgpu::env::ExitStatus;
 using sgpu::env::JobEnd;
 
-TEST_CASE("launcher::parse_result") {
+TEST_CASE("launcher::result_json") {
   struct Row {
     const char* what;
     std::optional<std::string> content;
-    json result;
+    std::string json_text;
   };
   const Row rows[] = {
-      {"missing", std::nullopt, nullptr},
-      {"a JSON object", R"({"loss": 0.5, "steps": [1, 2]})", json{{"loss", 0.5}, {"steps", {1, 2}}}},
-      {"a number with a newline", "42\n", 42},
-      {"JSON null written by the rank", "null", nullptr},
-      {"text", "done\n", "done"},
-      {"text without newline", "done", "done"},
-      {"text keeps inner newlines", "a\nb\n\n", "a\nb\n"},
-      {"broken JSON is text", "{\"a\": ", "{\"a\": "},
-      {"empty file", "", ""},
-      {"UTF-8 text stays text", "caf\xC3\xA9 \xE2\x9C\x93 \xF0\x9F\x98\x80",
-       "caf\xC3\xA9 \xE2\x9C\x93 \xF0\x9F\x98\x80"},
-      {"a pickle is not text", std::string("\x80\x05\x95\x0b\x00\x00", 6), nullptr},
-      {"a lone continuation byte", "ok\xBF", nullptr},
-      {"a sequence cut short", "ok\xE2\x9C", nullptr},
-      {"an overlong slash", "\xC0\xAF", nullptr},
-      {"a surrogate", "\xED\xA0\x80", nullptr},
-      {"above U+10FFFF", "\xF4\x90\x80\x80", nullptr},
-      {"65 levels are left out, not parsed", std::string(65, '[') + std::string(65, ']'), nullptr},
-      {"50000 levels are left out, not parsed", std::string(50000, '[') + std::string(50000, ']'), nullptr},
+      {"missing", std::nullopt, "null"},
+      {"a JSON object, compacted", R"({"loss": 0.5, "steps": [1, 2]})", R"({"loss":0.5,"steps":[1,2]})"},
+      {"pretty JSON on one line", "{\n  \"a\": [\n    1,\n\t2\r\n  ]\n}\n", R"({"a":[1,2]})"},
+      {"spaces inside strings stay", R"({"s" : "a  b\" c "})", R"({"s":"a  b\" c "})"},
+      {"an escaped backslash ends before the quote", R"(["\\" , 1])", R"(["\\",1])"},
+      {"numbers stay as written", "[1.50, 1e3]", "[1.50,1e3]"},
+      {"a number with a newline", "42\n", "42"},
+      {"JSON null written by the rank", "null", "null"},
+      {"text", "done\n", R"("done")"},
+      {"text without newline", "done", R"("done")"},
+      {"text keeps inner newlines", "a\nb\n\n", R"("a\nb\n")"},
+      {"broken JSON is text", "{\"a\": ", R"("{\"a\": ")"},
+      {"empty file", "", R"("")"},
+      {"UTF-8 text stays text", "caf\xC3\xA9 \xE2\x9C\x93", "\"caf\xC3\xA9 \xE2\x9C\x93\""},
+      {"a pickle is not text", std::string("\x80\x05\x95\x0b\x00\x00", 6), "null"},
+      {"a lone continuation byte", "ok\xBF", "null"},
+      {"a sequence cut short", "ok\xE2\x9C", "null"},
+      {"an overlong slash", "\xC0\xAF", "null"},
+      {"a surrogate", "\xED\xA0\x80", "null"},
+      {"above U+10FFFF", "\xF4\x90\x80\x80", "null"},
+      {"65 levels are left out, not parsed", std::string(65, '[') + std::string(65, ']'), "null"},
+      {"50000 levels are left out, not parsed", std::string(50000, '[') + std::string(50000, ']'), "null"},
   };
   for (const auto& row : rows) {
     CAPTURE(row.what);
-    CHECK(parse_result(row.content) == row.result);
+    CHECK(result_json(row.content) == row.json_text);
   }
   SUBCASE("64 levels are kept") {
     auto text = std::string(64, '[') + std::string(64, ']');
-    CHECK(parse_result(text).dump() == text);
+    CHECK(result_json(text) == text);
+  }
+  SUBCASE("a big array is as long as written, not ten times") {
+    std::string zeros = "[0";
+    for (int i = 0; i < 100000; ++i) zeros += ", 0";
+    zeros += "]\n";
+    CHECK(result_json(zeros).size() == 2 + 2 * 100001 - 1);
   }
 }
 
@@ -105,19 +114,19 @@ TEST_CASE("launcher::summary_json") {
   r0.terminated_by_sgpu = true;
   r0.started = rep.started;
   r0.ended = rep.ended;
-  r0.result = json{{"acc", 0.9}};
   r0.result_file = "/runs/r1/ranks/0/result";
   RankReport r1 = r0;
   r1.rank = 1;
   r1.pid = 11;
   r1.status = ExitStatus::killed(11);
   r1.terminated_by_sgpu = false;
-  r1.result = nullptr;  // it wrote a pickle: no JSON for it, but the row says where it is
+  // r1 wrote a pickle: no JSON for it, but the row says where it is
   r1.result_file = "/runs/r1/ranks/1/result";
   RankReport r2;
   r2.rank = 2;
   r2.host = "n1";
   rep.ranks = {r0, r1, r2};
+  rep.results = {R"({"acc":0.9})", "null", "null"};
   RootCause cause;
   cause.kind = JobEnd::Kind::RankFailed;
   cause.rank = 1;
@@ -127,8 +136,10 @@ TEST_CASE("launcher::summary_json") {
   cause.details = "Fatal Python error: Segmentation fault\n";
   rep.root_cause = cause;
 
-  auto doc = summary_json(rep, json{{"world_size", 3}});
-  CHECK(doc["version"] == 1);
+  auto text = summary_text(summary_json(rep, json{{"world_size", 3}}), rep.results);
+  auto doc = json::parse(text);
+  CHECK(text.find("\n  \"results\": [\n    {\"acc\":0.9},\n    null,\n    null\n  ],\n") != std::string::npos);
+  CHECK(doc["version"] == 2);
   CHECK(doc["run_id"] == "r1");
   CHECK(doc["status"] == "rank_failed");
   CHECK(doc["exit_code"] == 139);
@@ -139,6 +150,7 @@ TEST_CASE("launcher::summary_json") {
   CHECK(doc["spec"]["world_size"] == 3);
   CHECK(doc["results"] == json::array({json{{"acc", 0.9}}, nullptr, nullptr}));
   REQUIRE(doc["ranks"].size() == 3);
+  CHECK_FALSE(doc["ranks"][0].contains("result"));  // each result once
   CHECK(doc["ranks"][0]["signal"] == "SIGTERM");
   CHECK(doc["ranks"][0]["exit_code"] == nullptr);
   CHECK(doc["ranks"][0]["verdict"] == "terminated_by_sgpu");
@@ -175,6 +187,20 @@ TEST_CASE("launcher::summary_json") {
     rep.exit_code = 0;
     rep.root_cause.reset();
     CHECK(summary_json(rep, json::object())["root_cause"] == nullptr);
+  }
+}
+
+TEST_CASE("launcher::summary_text") {
+  RunReport rep;
+  rep.run_id = "r1";
+  SUBCASE("no ranks: an empty list") {
+    CHECK(json::parse(summary_text(summary_json(rep, json::object()), {}))["results"] == json::array());
+  }
+  SUBCASE("a string elsewhere that reads like the key is left alone") {
+    json spec = {{"env", {{"X", "\n  \"results\": null"}}}, {"results", nullptr}};
+    auto doc = json::parse(summary_text(summary_json(rep, spec), {"7"}));
+    CHECK(doc["results"] == json::array({7}));
+    CHECK(doc["spec"] == spec);
   }
 }
 

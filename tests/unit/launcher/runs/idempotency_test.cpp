@@ -18,7 +18,7 @@ TEST_CASE("launcher::key_action") {
   for (auto [newest, action] : {Row{std::nullopt, KeyAction::Start}, Row{RunState::Running, KeyAction::Follow},
                                 Row{RunState::Succeeded, KeyAction::Reuse}, Row{RunState::Failed, KeyAction::Start},
                                 Row{RunState::TimedOut, KeyAction::Start}, Row{RunState::Cancelled, KeyAction::Start},
-                                Row{RunState::Lost, KeyAction::Start}}) {
+                                Row{RunState::Lost, KeyAction::Start}, Row{RunState::Unknown, KeyAction::Refuse}}) {
     CAPTURE(newest ? run_state_name(*newest) : "none");
     CHECK(key_action(newest) == action);
   }

@@ -1,7 +1,7 @@
 #pragma once
 // Durations as users write them: "90m", "2h30m", "1h5m10s", "3600" (seconds),
-// "1.5h", "none" (no limit), at most kMaxDuration. Parsing is pure and throws
-// sgpu::Error.
+// "1.5h", "none" (no limit), from kMinDuration to kMaxDuration; each unit at
+// most once, the largest first. Parsing is pure and throws sgpu::Error.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -15,9 +15,15 @@ using Seconds = std::chrono::duration<double>;
 // inside what the event loop's timers (nanoseconds in 64 bits) can hold.
 inline constexpr Seconds kMaxDuration{365.0 * 86400};
 
-// Returns nullopt for "none"/"0"-free forms that mean "no limit" ("none", "inf").
-// `what` names the flag or key in error messages, e.g. "--timeout".
-std::optional<Seconds> parse_duration(std::string_view text, std::string_view what);
+// The shortest, 1 ms: timers, summaries and messages count milliseconds, so
+// less would be a limit that ends at once and reads "0ms".
+inline constexpr Seconds kMinDuration{0.001};
+
+// Returns nullopt for "none" (no limit), the only spelling of it. `what`
+// names the flag or key in error messages, e.g. "--timeout"; `none_ok` says
+// whether the messages may suggest "none" (the caller refuses a nullopt
+// where no limit is not valid).
+std::optional<Seconds> parse_duration(std::string_view text, std::string_view what, bool none_ok = true);
 
 // "3h", "1h30m", "45s", "1.5s", "250ms".
 std::string format_duration(Seconds d);

@@ -10,8 +10,8 @@ namespace sgpu::env {
 inline constexpr Seconds kMaxRestartBackoff{60};
 
 // The wait before restart number `restart` (1 for the first): `base`, doubled
-// for each restart before it, capped at kMaxRestartBackoff (a `base` above
-// the cap is kept as given). A zero base restarts at once.
+// for each restart before it, capped at kMaxRestartBackoff (the spec refuses
+// a `base` above it: README promises the cap). A zero base restarts at once.
 Seconds restart_backoff(Seconds base, int restart);
 
 // A rank that failed may succeed on another try (a flaky network, a lost

@@ -62,6 +62,8 @@ Environment parse_env_file(std::string_view text, std::string_view path, const E
     if (line.empty() || line.front() == '#') continue;
     if (line.starts_with("export ") || line.starts_with("export\t")) line = trim(line.substr(7));
     auto where = fmt::format("--env-file {}:{}", path, line_no);
+    if (line.find('\0') != std::string_view::npos)
+      throw Error(fmt::format("{}: holds a NUL byte, which no variable can hold", where));
     auto eq = line.find('=');
     std::string assignment(line);
     if (eq != std::string_view::npos) {

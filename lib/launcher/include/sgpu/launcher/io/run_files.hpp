@@ -62,11 +62,18 @@ class AppendFile {
 // `path`. Throws sgpu::Error naming the path; the temporary file is gone then.
 void write_file_atomic(const std::string& path, std::string_view content);
 
+// Writes `content` to a file a user named (TORCHELASTIC_ERROR_FILE): a missing
+// or regular file is replaced as write_file_atomic() does; anything else (a
+// symlink, a FIFO, a device) is opened and written through, as torch does,
+// never replaced. A FIFO that nobody reads, or whose reader stops taking
+// bytes for 5 s, is an error, not a wait. Throws sgpu::Error naming the path.
+void write_named_file(const std::string& path, std::string_view content);
+
 // The file's contents, at most `max_bytes` from its end when `tail`, else its
 // first `max_bytes`; nullopt when it does not exist or cannot be read. Only a
-// regular file is read (a FIFO or a device could block or never end): for
-// anything else, or a file that exists but cannot be opened, `problem` (when
-// given) says why.
+// regular file is read (a FIFO or a device could block or never end), and
+// never through a symlink: for anything else, or a file that exists but
+// cannot be opened, `problem` (when given) says why.
 std::optional<std::string> read_file(const std::string& path, std::size_t max_bytes, bool tail = false,
                                      std::string* problem = nullptr);
 

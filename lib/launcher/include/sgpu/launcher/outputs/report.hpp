@@ -25,8 +25,7 @@ struct RankReport {
   bool terminated_by_sgpu = false;
   Clock::time_point started{};
   Clock::time_point ended{};
-  nlohmann::ordered_json result;   // what it wrote to $SGPU_RESULT_FILE; null when nothing
-  std::string result_file;         // where that file is, when the rank wrote one (any size, any bytes)
+  std::string result_file;         // where its $SGPU_RESULT_FILE is, when it wrote one (any size, any bytes)
   nlohmann::ordered_json binding;  // its CPUs and NUMA node (binding_json), null when none was read
 };
 
@@ -68,6 +67,10 @@ struct RunReport {
   Clock::time_point ended{};
   std::optional<env::Seconds> timeout;
   std::vector<RankReport> ranks;  // every rank of the job, in rank order
+  // Each rank's result as compact JSON text, in rank order ("null": none, or
+  // left out of the summary); kept apart from the ranks so that nothing
+  // copies a rank's row with its result (summary.hpp: result_json).
+  std::vector<std::string> results;
   std::optional<RootCause> root_cause;
   std::vector<AttemptReport> attempts;  // every attempt in order; the last is the run's own
   std::vector<std::string> warnings;    // e.g. a log file that could not be written in full

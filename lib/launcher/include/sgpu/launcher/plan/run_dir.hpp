@@ -3,6 +3,7 @@
 // leaves behind (per-rank error and result files, logs, summary).
 //   <root>/<run-id>/ranks/<rank>/{error.json,result}
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -13,17 +14,24 @@ namespace sgpu::launcher {
 // "20261202-115301-3fa2c1": sortable by start time, unique by 24 random bits.
 std::string make_run_id();
 
-// $SGPU_HOME/runs, $XDG_STATE_HOME/sgpu/runs or ~/.local/state/sgpu/runs;
-// with none of them set, private_temp_dir()/runs.
+// $SGPU_HOME/runs (a "~" in it expanded), $XDG_STATE_HOME/sgpu/runs or
+// ~/.local/state/sgpu/runs; with none of them set, private_temp_dir()/runs.
 std::string default_runs_root(const env::Environment& environment);
 
 // ${TMPDIR:-/tmp}/sgpu-<uid>, created 0700 if missing. Throws sgpu::Error when
 // it is not a directory of this user that only this user can enter.
 std::filesystem::path private_temp_dir(const env::Environment& environment);
 
-// "~" and "~/x" with $HOME put in, as a shell would; other paths unchanged.
-// Throws sgpu::Error naming `what` when HOME is not set.
-std::string expand_home(const std::string& path, const env::Environment& environment, std::string_view what);
+// The home directory of `user` from the user database (getpwnam_r); nullopt
+// when there is no such user.
+std::optional<std::string> passwd_home(const std::string& user);
+using HomeOf = std::optional<std::string> (*)(const std::string& user);
+
+// "~" and "~/x" with $HOME put in, "~user" and "~user/x" with that user's
+// home (`home_of`), as a shell would; other paths unchanged. Throws
+// sgpu::Error naming `what` when HOME is not set or there is no such user.
+std::string expand_home(const std::string& path, const env::Environment& environment, std::string_view what,
+                        HomeOf home_of = passwd_home);
 
 // Where runs go: the --log-dir / output.log_dir given (with "~" expanded),
 // else default_runs_root().

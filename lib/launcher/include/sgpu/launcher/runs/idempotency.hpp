@@ -19,7 +19,9 @@ namespace sgpu::launcher {
 // What a launch with a key does, given the state of the newest run with it
 // (nullopt: none). Start: none, or it failed, timed out, was cancelled or
 // lost. Follow: it is running. Reuse: it succeeded.
-enum class KeyAction { Start, Follow, Reuse };
+// Refuse: the newest run with the key cannot be read (its state.json is
+// damaged), so whether it runs is unknown: nothing starts beside it.
+enum class KeyAction { Start, Follow, Reuse, Refuse };
 KeyAction key_action(std::optional<RunState> newest);
 
 // The resources a launch asked for, as spec.json records them ("resources"):
