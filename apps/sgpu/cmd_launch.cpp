@@ -9,8 +9,8 @@
 #include "ending.hpp"
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/launch.hpp"
 #include "sgpu/launcher/io/print.hpp"
+#include "sgpu/launcher/launch.hpp"
 #include "sgpu/launcher/spec/spec_load.hpp"
 
 namespace sgpu::app {

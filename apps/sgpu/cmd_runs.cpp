@@ -12,13 +12,13 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/env/rank_list.hpp"
-#include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/io/print.hpp"
+#include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/follow.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
-#include "startup.hpp"
 #include "sgpu/launcher/runs/retire.hpp"
+#include "startup.hpp"
 
 namespace sgpu::app {
 namespace {
@@ -97,8 +97,8 @@ std::string runs_table(const std::vector<RunInfo>& runs) {
     auto entry = j["entrypoint"].is_string() ? j["entrypoint"].get<std::string>() : std::string();
     if (entry.size() > kEntrypointWidth) entry = entry.substr(0, kEntrypointWidth - 3) + "...";
     out += fmt::format("{:<22}  {:<9}  {:<19}  {:>9}  {:>5}  {:>4}  {:<{}}  {}\n", run.id,
-                       j["state"].get<std::string>(), start_time(j), short_duration(j["duration_s"]),
-                       run.world_size, exit_text(j), name_text(j), name_width, entry);
+                       j["state"].get<std::string>(), start_time(j), short_duration(j["duration_s"]), run.world_size,
+                       exit_text(j), name_text(j), name_width, entry);
   }
   return out;
 }

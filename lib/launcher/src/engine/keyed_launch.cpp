@@ -19,9 +19,7 @@ using ordered_json = nlohmann::ordered_json;
 constexpr std::size_t kSpecLimit = 16 << 20;
 constexpr std::size_t kSummaryLimit = 64 << 20;
 
-void write_stdout(const std::string& text) {
-  output(text);
-}
+void write_stdout(const std::string& text) { output(text); }
 
 std::string file_in(const RunInfo& run, const char* name) { return (std::filesystem::path(run.dir) / name).string(); }
 
@@ -71,17 +69,17 @@ int print_reused_id(const RunInfo& run, const JobSpec& spec) {
 // Attached, a run that already succeeded: its end, and nothing starts.
 int print_reused_end(const RunInfo& run, const JobSpec& spec) {
   diagnostic(
-             "sgpu: --idempotency-key {}: run {} already succeeded (exit code 0); nothing started (--force-new "
-             "starts a new run)\n",
-             spec.idempotency_key, run.id);
+      "sgpu: --idempotency-key {}: run {} already succeeded (exit code 0); nothing started (--force-new "
+      "starts a new run)\n",
+      spec.idempotency_key, run.id);
   if (spec.output_format == "json") write_stdout(dump_json(reused_document(run)));
   return 0;
 }
 
 // Attached, a running run: its output as `sgpu logs -f` shows it, then its end and exit code.
 int follow_reused(const RunInfo& run, const JobSpec& spec, const std::string& root) {
-  diagnostic("sgpu: --idempotency-key {}: run {} is running; following it (as sgpu logs -f {})\n",
-             spec.idempotency_key, run.id, run.id);
+  diagnostic("sgpu: --idempotency-key {}: run {} is running; following it (as sgpu logs -f {})\n", spec.idempotency_key,
+             run.id, run.id);
   LogOptions options;
   options.follow = true;
   options.stdout_to_stderr = spec.output_format == "json";  // stdout carries the summary alone

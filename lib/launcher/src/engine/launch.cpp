@@ -9,19 +9,19 @@
 
 #include <fmt/format.h>
 
+#include "engine/detach.hpp"
 #include "engine/keyed_launch.hpp"
 #include "engine/launch_preflight.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/devices/topology.hpp"
-#include "sgpu/launcher/outputs/outputs.hpp"
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
+#include "sgpu/launcher/outputs/outputs.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
 #include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
-#include "engine/detach.hpp"
 #include "sgpu/launcher/tracking/mlflow.hpp"
 
 namespace sgpu::launcher {

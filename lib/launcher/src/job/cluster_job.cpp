@@ -14,8 +14,8 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
-#include "sgpu/launcher/job/job_wire.hpp"
 #include "sgpu/launcher/io/print.hpp"
+#include "sgpu/launcher/job/job_wire.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/job_control.hpp"

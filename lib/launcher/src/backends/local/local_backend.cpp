@@ -7,8 +7,8 @@
 
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/devices/topology.hpp"
-#include "sgpu/launcher/outputs/outputs.hpp"
 #include "sgpu/launcher/io/print.hpp"
+#include "sgpu/launcher/outputs/outputs.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/process/open_files.hpp"

@@ -19,8 +19,8 @@
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/env/exit_code.hpp"
-#include "sgpu/launcher/job/cluster_job.hpp"
 #include "sgpu/launcher/io/print.hpp"
+#include "sgpu/launcher/job/cluster_job.hpp"
 #include "sgpu/rendezvous/endpoint.hpp"
 #include "sgpu/rendezvous/host_info.hpp"
 

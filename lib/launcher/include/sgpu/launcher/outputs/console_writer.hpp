@@ -19,8 +19,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
-#include "sgpu/launcher/outputs/file_writer_thread.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
+#include "sgpu/launcher/outputs/file_writer_thread.hpp"
 
 namespace sgpu::launcher {
 

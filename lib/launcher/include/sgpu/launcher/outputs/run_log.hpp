@@ -21,8 +21,8 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "sgpu/launcher/outputs/file_writer_thread.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
+#include "sgpu/launcher/outputs/file_writer_thread.hpp"
 #include "sgpu/launcher/process/events.hpp"
 
 namespace sgpu::launcher {
