@@ -43,8 +43,13 @@ nlohmann::ordered_json ending_document(const Ending& ending, int code) {
 
 void print_json_ending(const Ending& ending, int code) {
   if (!ending.json || launcher::stream_failures().stdout_written) return;
+  // Other commands answer for themselves when they succeed (`logs -o json`
+  // with no line prints none); their errors get this document.
+  if (!ending.launch && ending.error.empty()) return;
   try {
-    launcher::output(launcher::dump_json(ending_document(ending, code)));
+    // A launch's is a summary, indented as every summary; the others' is one
+    // line, which a reader of `logs -o json` (a document a line) can take too.
+    launcher::output(launcher::dump_json(ending_document(ending, code), ending.launch ? 2 : -1));
   } catch (const std::exception&) {  // out of memory: nothing more can be said
   }
 }

@@ -28,7 +28,8 @@ bool json_output_asked(const CLI::App& app, bool& launch);
 // {"exit_code", "error"}.
 nlohmann::ordered_json ending_document(const Ending& ending, int code);
 
-// Prints ending_document when -o json was asked and nothing was written on stdout.
+// Prints ending_document when -o json was asked and nothing was written on
+// stdout: for a launch, whatever its ending; for another command, an error.
 void print_json_ending(const Ending& ending, int code);
 
 }  // namespace sgpu::app
