@@ -246,7 +246,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
         launches.back().cpus = b->cpus;
         launches.back().numa_node = b->numa_node;
       }
-      if (plan.report_bindings) fmt::print(stderr, "sgpu: {}: {}\n", options.node_name, report_line(plan, r));
+      if (plan.report_bindings) diagnostic("sgpu: {}: {}\n", options.node_name, report_line(plan, r));
       files[r.place.rank] = r.files;
     }
     // The launcher owns the job's time limit; this node only stops when told.
