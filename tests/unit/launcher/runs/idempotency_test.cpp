@@ -97,6 +97,8 @@ TEST_CASE("launcher::newest_run_with_key and newest_run_named read state.json") 
   auto write = [&](const std::string& id, json record) {
     fs::create_directories(root / id);
     record["run_id"] = id;
+    record["started_at"] = "2026-12-03T09:15:00.000Z";  // the fields every state.json has
+    record["world_size"] = 1;
     std::ofstream(root / id / "state.json") << record.dump();
   };
   write("20261203-091500-aa0001", {{"state", "failed"}, {"name", "nightly"}, {"idempotency_key", "K"}});
