@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -157,6 +158,66 @@ def test_timeout_and_ctrl_c_on_time_with_a_hung_server(sgpu):
     assert r.returncode == 124
     assert elapsed < 4, elapsed
 
+
+
+def _waiting_on(hung):
+    """Accepts sgpu's connection and reads its runs/create request: from then
+    on sgpu waits for an answer that never comes."""
+    hung.settimeout(30)
+    conn, _ = hung.accept()
+    conn.settimeout(30)
+    assert b"runs/create" in conn.recv(65536)
+    return conn
+
+
+@pytest.mark.parametrize("sig,code,ignored", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, False),
+                                              (signal.SIGINT, 130, True)])
+def test_a_signal_while_the_mlflow_run_is_created_ends_the_launch_at_once(sgpu, sig, code, ignored):
+    # Before the ranks start, sgpu waits for MLflow's answer (here: never).
+    # A signal then must end the launch with its code and a summary, as it
+    # does once the ranks run, also when SIGINT came inherited as ignored (a
+    # background job of a script), which dropped the Ctrl-C before.
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        port = hung.getsockname()[1]
+        argv = [sgpu.bin, "launch", "--nproc", "1", "--mlflow", f"http://127.0.0.1:{port}", "--mlflow-timeout",
+                "60s", "-o", "json", "--no-python", "/bin/true"]
+        if ignored:
+            argv = ["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv]
+        p = subprocess.Popen(argv, env=sgpu.env, cwd=sgpu.cwd, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        conn = _waiting_on(hung)
+        start = time.monotonic()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=30)
+        elapsed = time.monotonic() - start
+        conn.close()
+    assert p.returncode == code, err
+    assert elapsed < 5, elapsed
+    assert f"interrupted by {sig.name} while waiting for MLflow's run to be created" in err, err
+    doc = json.loads(out)
+    assert doc["exit_code"] == code and doc["status"] == "not_started", doc
+    runs = json.loads(sgpu.run("runs", "-o", "json").stdout)
+    assert [(r["state"], r["exit_code"]) for r in runs] == [("cancelled", code)], runs
+
+
+def test_the_run_deadline_holds_while_the_mlflow_run_is_created(sgpu):
+    # --timeout is the run's, from its start: a server slower than it ends
+    # the launch at --timeout (124), not at --mlflow-timeout.
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        port = hung.getsockname()[1]
+        start = time.monotonic()
+        r = sgpu.run("launch", "--nproc", 1, "--mlflow", f"http://127.0.0.1:{port}", "--mlflow-timeout", "30s",
+                     "--timeout", "1s", "--no-python", "/bin/true")
+        elapsed = time.monotonic() - start
+    assert r.returncode == 124, r.stderr
+    assert "timed out (--timeout 1s) while waiting for MLflow's run to be created" in r.stderr, r.stderr
+    assert elapsed < 5, elapsed
+    runs = json.loads(sgpu.run("runs", "-o", "json").stdout)
+    assert [(r["state"], r["exit_code"]) for r in runs] == [("timed-out", 124)], runs
 
 
 class _StubServer(http.server.ThreadingHTTPServer):

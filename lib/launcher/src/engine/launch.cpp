@@ -2,6 +2,7 @@
 #include "sgpu/launcher/launch.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "engine/detach.hpp"
 #include "engine/keyed_launch.hpp"
 #include "engine/launch_preflight.hpp"
+#include "engine/start_watch.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/devices/topology.hpp"
@@ -145,8 +147,17 @@ int launch(LaunchRequest request) {
     outputs->add_observer(ranks_ended.emplace(plan.ranks.size(), [&] { tracker->ranks_ended(); }));
   };
   std::optional<LaunchPlan> job_plan;
+  // From the first step that can wait until the ranks start, signals and the
+  // run's deadline are in force (start_watch.hpp); JobControl then takes over.
+  std::optional<StartWatch> start_watch;
+  auto launched = std::chrono::steady_clock::now();
   if (ctx.spec.preflight.enabled || tracker) {
     ctx.before_start = [&](LaunchContext& c, const LaunchPlan& plan) {
+      if (!start_watch) {
+        auto left = plan.timeout;
+        if (left) *left -= std::chrono::duration_cast<env::Seconds>(std::chrono::steady_clock::now() - launched);
+        start_watch.emplace(io, left, plan.timeout);
+      }
       // The local backend's GPUs are this node's: checked here. A multi-node
       // backend's nodes check theirs between the rendezvous's Assign and
       // Start, and the ClusterJob judges them all.
@@ -157,7 +168,11 @@ int launch(LaunchRequest request) {
   }
   if (tracker) {
     ctx.ranks_env = [&](LaunchContext&) -> env::Environment {
-      tracked = tracker->await_run();
+      tracked = tracker->await_run([&] { return start_watch && start_watch->fired(); });
+      if (start_watch) {
+        start_watch->throw_if_fired("MLflow's run to be created");
+        start_watch->stop();
+      }
       if (job_plan) track_outputs(*job_plan);
       return tracked ? tracked->env : env::Environment{};
     };
@@ -197,9 +212,10 @@ int launch(LaunchRequest request) {
     // was unreachable) still ends its MLflow run, as FAILED with the code;
     // one asked for and not awaited yet is awaited first, so that the
     // summary links it too.
-    if (tracker && !tracked) tracked = tracker->await_run();
+    if (tracker && !tracked && !(start_watch && start_watch->fired())) tracked = tracker->await_run();
     std::optional<TrackingLink> link;
     if (tracked) link = TrackingLink{tracked->run_id, tracked->url};
+    if (outputs) outputs->not_started(e.exit_code());
     report_not_started(ctx, e, link);
     if (tracked) tracker->end(describe_not_started(e.exit_code()));
     throw;

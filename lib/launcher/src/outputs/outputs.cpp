@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -400,6 +401,23 @@ void JobOutputs::set_tracking(TrackingLink link, const env::Environment& env) {
   if (spec == s.spec) return;
   s.spec = std::move(spec);
   write_file_atomic((fs::path(s.plan.run_dir) / "spec.json").string(), dump_json(s.spec));
+}
+
+void JobOutputs::not_started(int exit_code) {
+  auto& s = *impl_;
+  s.sink.clear_status();
+  auto state = exit_code == kExitTimeout ? RunState::TimedOut
+               : exit_code == 128 + SIGINT || exit_code == 128 + SIGTERM || exit_code == 128 + SIGHUP
+                   ? RunState::Cancelled
+                   : RunState::Failed;
+  auto now = Clock::now();
+  try {
+    s.state_file.finish(state, exit_code, now, now, 0);
+  } catch (const Error& e) {
+    diagnostic("sgpu: warning: {}\n", e.what());
+  }
+  s.run_log.append_event(
+      {{"event", "run_finished"}, {"status", "not_started"}, {"exit_code", exit_code}, {"duration_s", 0}});
 }
 
 int JobOutputs::finish(const JobOutcome& outcome) {

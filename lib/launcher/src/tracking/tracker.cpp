@@ -244,14 +244,18 @@ void MlflowTracker::begin(const RunDescription& job) {
   s.with_experiment([&s, job](const std::string& experiment_id) { s.create_run(job, experiment_id); });
 }
 
-std::optional<TrackedRun> MlflowTracker::await_run() {
+std::optional<TrackedRun> MlflowTracker::await_run(const std::function<bool()>& give_up) {
   auto& s = *impl_;
   if (!s.begun) return std::nullopt;
   s.begun = false;
   // The ranks need only the run's id: its params go on beside the job, on
   // the same loop, once it has run kParamsAfter (end() waits for them, and
   // says so if they failed), or with the end's metrics.
-  s.wait([&s] { return s.run.has_value(); });
+  s.wait([&s, &give_up] { return s.run.has_value() || (give_up && give_up()); });
+  if (!s.run && give_up && give_up()) {
+    s.client.cancel_all();
+    return std::nullopt;
+  }
   if (!s.run) {
     s.warn(s.begin_failure + "; the job runs untracked");
     s.client.cancel_all();

@@ -43,6 +43,10 @@ class JobOutputs {
   void set_tracking(TrackingLink link, const env::Environment& env);
   // Reports the outcome everywhere it goes; returns sgpu's exit code.
   int finish(const JobOutcome& outcome);
+  // The run ended before any rank started (the engine reports why): its
+  // state.json and events.jsonl record the end, so `sgpu runs` shows it
+  // ended (cancelled for a signal, timed-out for --timeout) rather than lost.
+  void not_started(int exit_code);
 
  private:
   struct Impl;

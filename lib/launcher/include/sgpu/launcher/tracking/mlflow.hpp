@@ -8,6 +8,7 @@
 // down, slow or silent gets a one-line warning and the job goes on untracked;
 // it never changes the job's exit code.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,7 +113,9 @@ class MlflowTracker {
   // config.timeout after begin(). The params go out once the ranks have run
   // 1 s, or with end()'s metrics. Prints the run's link on stderr, or a
   // warning and returns nullopt (also when begin() was not called).
-  std::optional<TrackedRun> await_run();
+  // `give_up`: the wait ends early, silently, once it says so (a signal or
+  // the run's deadline came first); the run then is not tracked.
+  std::optional<TrackedRun> await_run(const std::function<bool()>& give_up = {});
 
   // Every rank has exited, or the job tears down: the params, when not sent
   // yet, wait for end() (with the metrics, in one call), and nothing of the
