@@ -1,6 +1,7 @@
 """Every launch is an MLflow run: a real `mlflow server` (sqlite store,
 artifact proxy, basic auth) on loopback, checked through MLflow's own Python
 client; servers that are down or hang; the [mlflow] keys and flags."""
+import contextlib
 import http.server
 import json
 import os
@@ -131,11 +132,17 @@ def test_server_down_job_keeps_its_exit_code(sgpu):
     assert elapsed < 3, elapsed
 
 
-def test_server_that_never_answers_costs_only_mlflow_timeout(sgpu):
-    with socket.socket() as hung:  # accepts connections (the kernel's backlog) and never answers
+@contextlib.contextmanager
+def hung_server():
+    """A port that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as hung:
         hung.bind(("127.0.0.1", 0))
         hung.listen(16)
-        port = hung.getsockname()[1]
+        yield hung, hung.getsockname()[1]
+
+
+def test_server_that_never_answers_costs_only_mlflow_timeout(sgpu):
+    with hung_server() as (hung, port):
         start = time.monotonic()
         # Rank 1 fails at once; rank 0 would sleep 60 s: fail-fast must still stop it.
         r = sgpu.run("launch", "--nproc", 2, "--mlflow", f"http://127.0.0.1:{port}", "--mlflow-timeout", "1s",
@@ -147,10 +154,7 @@ def test_server_that_never_answers_costs_only_mlflow_timeout(sgpu):
 
 
 def test_timeout_and_ctrl_c_on_time_with_a_hung_server(sgpu):
-    with socket.socket() as hung:
-        hung.bind(("127.0.0.1", 0))
-        hung.listen(16)
-        port = hung.getsockname()[1]
+    with hung_server() as (hung, port):
         start = time.monotonic()
         r = sgpu.run("launch", "--nproc", 1, "--mlflow", f"http://127.0.0.1:{port}", "--mlflow-timeout", "1s",
                      "--timeout", "1s", "--no-python", "/bin/sleep", "60")
@@ -177,10 +181,7 @@ def test_a_signal_while_the_mlflow_run_is_created_ends_the_launch_at_once(sgpu, 
     # A signal then must end the launch with its code and a summary, as it
     # does once the ranks run, also when SIGINT came inherited as ignored (a
     # background job of a script), which dropped the Ctrl-C before.
-    with socket.socket() as hung:
-        hung.bind(("127.0.0.1", 0))
-        hung.listen(16)
-        port = hung.getsockname()[1]
+    with hung_server() as (hung, port):
         argv = [sgpu.bin, "launch", "--nproc", "1", "--mlflow", f"http://127.0.0.1:{port}", "--mlflow-timeout",
                 "60s", "-o", "json", "--no-python", "/bin/true"]
         if ignored:
@@ -205,10 +206,7 @@ def test_a_signal_while_the_mlflow_run_is_created_ends_the_launch_at_once(sgpu, 
 def test_the_run_deadline_holds_while_the_mlflow_run_is_created(sgpu):
     # --timeout is the run's, from its start: a server slower than it ends
     # the launch at --timeout (124), not at --mlflow-timeout.
-    with socket.socket() as hung:
-        hung.bind(("127.0.0.1", 0))
-        hung.listen(16)
-        port = hung.getsockname()[1]
+    with hung_server() as (hung, port):
         start = time.monotonic()
         r = sgpu.run("launch", "--nproc", 1, "--mlflow", f"http://127.0.0.1:{port}", "--mlflow-timeout", "30s",
                      "--timeout", "1s", "--no-python", "/bin/true")
