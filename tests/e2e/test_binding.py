@@ -41,7 +41,7 @@ def run_ranks(sgpu, *args, env=None, prefix=()):
     res = subprocess.run(cmd, env=env or sgpu.env, cwd=sgpu.cwd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     summary = newest_summary(env or sgpu.env)
-    return res, summary, [r["result"] for r in summary["ranks"]]
+    return res, summary, summary["results"]
 
 
 @needs_two_cpus
