@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from conftest import SANITIZED
+
 
 
 def run_dirs(home):
@@ -125,7 +127,10 @@ def test_a_16_mb_result_keeps_the_summary_and_memory_small(sgpu, tmp_path, nproc
     # Each result once, on one line; at most the budget over all ranks.
     assert size < min(nproc, 2) * zeros.stat().st_size + (1 << 20), size
     assert len(res.stdout) < min(nproc, 2) * zeros.stat().st_size + (1 << 20)
-    assert peak < 200 << 20, f"sgpu's peak RSS was {peak >> 20} MiB"
+    # Before: 1 GB for one rank, 3.6 GB for four; ASan's shadow memory and
+    # quarantine add a few hundred MiB to any figure.
+    limit = (800 if SANITIZED else 200) << 20
+    assert peak < limit, f"sgpu's peak RSS was {peak >> 20} MiB"
     doc = json.loads(res.stdout)
     kept = [r for r in doc["results"] if r is not None]
     assert len(kept) == min(nproc, SUMMARY_RESULTS_BUDGET // zeros.stat().st_size)
