@@ -1,7 +1,7 @@
 #include "engine/start_watch.hpp"
 
-#include <csignal>
 #include <chrono>
+#include <csignal>
 
 #include <fmt/format.h>
 
@@ -25,9 +25,9 @@ StartWatch::StartWatch(boost::asio::io_context& io, std::optional<env::Seconds> 
 
 void StartWatch::throw_if_fired(const char* waiting_for) const {
   if (signal_ != 0)
-    throw Error(fmt::format("interrupted by {} while waiting for {}; no rank started", env::signal_name(signal_),
-                            waiting_for),
-                128 + signal_);
+    throw Error(
+        fmt::format("interrupted by {} while waiting for {}; no rank started", env::signal_name(signal_), waiting_for),
+        128 + signal_);
   if (timed_out_)
     throw Error(fmt::format("timed out (--timeout {}) while waiting for {}; no rank started",
                             env::format_duration(*timeout_), waiting_for),
