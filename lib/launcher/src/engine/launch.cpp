@@ -147,23 +147,27 @@ int launch(LaunchRequest request) {
     outputs->add_observer(ranks_ended.emplace(plan.ranks.size(), [&] { tracker->ranks_ended(); }));
   };
   std::optional<LaunchPlan> job_plan;
-  // From the first step that can wait until the ranks start, signals and the
-  // run's deadline are in force (start_watch.hpp); JobControl then takes over.
+  // While MLflow's run is created, until the ranks start, signals and the
+  // run's deadline are in force (start_watch.hpp); JobControl then takes
+  // over. Not yet during the preflight: with the watch's signal set on the
+  // loop, the preflight's workers were never seen to end (a hang, not
+  // understood yet), and the preflight bounds itself.
   std::optional<StartWatch> start_watch;
   auto launched = std::chrono::steady_clock::now();
   if (ctx.spec.preflight.enabled || tracker) {
     ctx.before_start = [&](LaunchContext& c, const LaunchPlan& plan) {
-      if (!start_watch) {
-        auto left = plan.timeout;
-        if (left) *left -= std::chrono::duration_cast<env::Seconds>(std::chrono::steady_clock::now() - launched);
-        start_watch.emplace(io, left, plan.timeout);
-      }
       // The local backend's GPUs are this node's: checked here. A multi-node
       // backend's nodes check theirs between the rendezvous's Assign and
       // Start, and the ClusterJob judges them all.
       if (c.spec.preflight.enabled && info.can.ranks_here) run_launch_preflight(c, plan);
       // A check alone (--preflight-only) is not a run to track.
-      if (tracker && !c.spec.preflight.only) tracker->begin(describe_run(c.spec, plan, c.inherited));
+      if (!tracker || c.spec.preflight.only) return;
+      if (!start_watch) {
+        auto left = plan.timeout;
+        if (left) *left -= std::chrono::duration_cast<env::Seconds>(std::chrono::steady_clock::now() - launched);
+        start_watch.emplace(io, left, plan.timeout);
+      }
+      tracker->begin(describe_run(c.spec, plan, c.inherited));
     };
   }
   if (tracker) {

@@ -1,10 +1,8 @@
 #pragma once
-// Signals and the run's deadline from the first step before the ranks start
-// (the preflight, MLflow's run being created) until the ranks' JobControl
-// takes them over: a step that waits ends at once on SIGINT, SIGTERM or
-// SIGHUP (exit 128+N) or at --timeout (124), with nothing started. Without
-// it such a signal killed sgpu by its default action (no summary, the run
-// left "running"), or was dropped where it was inherited as ignored, and
+// Signals and the run's deadline while a step before the ranks start waits
+// (MLflow's run being created) until the ranks' JobControl takes them over: a step that waits ends at once on SIGINT,
+// SIGTERM or SIGHUP (exit 128+N) or at --timeout (124), with nothing started. Without it such a signal killed sgpu by
+// its default action (no summary, the run left "running"), or was dropped where it was inherited as ignored, and
 // --timeout waited for the step.
 #include <optional>
 
