@@ -1,6 +1,8 @@
 """End-to-end tests: they drive the real sgpu binary ($SGPU_BIN) with real
 processes, and Debian's python3-torch (/usr/bin/python3) as the DDP client."""
+import json
 import os
+import re
 import pathlib
 import subprocess
 import sys
@@ -91,3 +93,16 @@ def assert_one_exit_code(returncode, home=None, stdout=None):
         summary = newest_summary(home)
         assert summary["exit_code"] == returncode, summary
         assert (summary["root_cause"] is None) == (returncode == 0), summary
+
+
+RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+
+
+@pytest.fixture
+def cancel_detached_runs(sgpu):
+    """A detached run outlives its test by design: a failing test must not leave one behind."""
+    yield
+    res = sgpu.run("runs", "--all", "-o", "json")
+    for run in json.loads(res.stdout or "[]"):
+        if run["state"] == "running":
+            sgpu.run("cancel", run["run_id"], "--log-dir", os.path.dirname(run["run_dir"]))

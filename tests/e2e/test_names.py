@@ -9,21 +9,13 @@ import subprocess
 
 import pytest
 
-from conftest import python_program
+from conftest import RUN_ID, python_program
 from mlflow_server import MlflowServer, venv_python
 from multinode import wait_for
 
-RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 
 
-@pytest.fixture(autouse=True)
-def cancel_leftovers(sgpu):
-    """A detached run outlives its test by design: a failing test must not leave one behind."""
-    yield
-    res = sgpu.run("runs", "--all", "-o", "json")
-    for run in json.loads(res.stdout or "[]"):
-        if run["state"] == "running":
-            sgpu.run("cancel", run["run_id"])
+pytestmark = pytest.mark.usefixtures("cancel_detached_runs")
 
 
 def runs(sgpu):
