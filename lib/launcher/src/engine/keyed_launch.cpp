@@ -19,8 +19,6 @@ using ordered_json = nlohmann::ordered_json;
 constexpr std::size_t kSpecLimit = 16 << 20;
 constexpr std::size_t kSummaryLimit = 64 << 20;
 
-void write_stdout(const std::string& text) { output(text); }
-
 std::string file_in(const RunInfo& run, const char* name) { return (std::filesystem::path(run.dir) / name).string(); }
 
 // Refused (2) when the run with the key ran other work: a key never stands for two jobs.
@@ -55,14 +53,14 @@ int print_reused_id(const RunInfo& run, const JobSpec& spec) {
   diagnostic("sgpu: --idempotency-key {}: run {} {}; no new run started\n", spec.idempotency_key, run.id,
              run.state == RunState::Running ? "is running" : "already succeeded");
   if (spec.output_format != "json") {
-    write_stdout(run.id + "\n");
+    output(run.id + "\n");
     return 0;
   }
   ordered_json doc{{"run_id", run.id}, {"run_dir", run.dir}};
   doc["name"] = run.record.contains("name") ? run.record["name"] : json(nullptr);
   doc["state"] = run_state_name(run.state);
   doc["reused"] = true;
-  write_stdout(dump_json(doc));
+  output(dump_json(doc));
   return 0;
 }
 
@@ -72,7 +70,7 @@ int print_reused_end(const RunInfo& run, const JobSpec& spec) {
       "sgpu: --idempotency-key {}: run {} already succeeded (exit code 0); nothing started (--force-new "
       "starts a new run)\n",
       spec.idempotency_key, run.id);
-  if (spec.output_format == "json") write_stdout(dump_json(reused_document(run)));
+  if (spec.output_format == "json") output(dump_json(reused_document(run)));
   return 0;
 }
 
@@ -86,7 +84,7 @@ int follow_reused(const RunInfo& run, const JobSpec& spec, const std::string& ro
   int code = print_logs(run, options);
   auto ended = read_run(root, run.id).value_or(run);
   if (spec.output_format == "json")
-    write_stdout(dump_json(reused_document(ended)));
+    output(dump_json(reused_document(ended)));
   else
     diagnostic("sgpu: run {} {} (exit code {})\n", run.id, run_state_name(ended.state), code);
   return code;
