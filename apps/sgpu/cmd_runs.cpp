@@ -1,4 +1,4 @@
-// Run management: `sgpu runs`, `status`, `logs`, `wait`, `cancel`, `prune`.
+// Run management: `sgpu runs`, `status`, `logs`, `wait`, `cancel`, `stacks`, `prune`.
 // Each reads the run directories (lib/launcher runs/), so a run started in
 // another terminal, attached or --detach, is seen alike.
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/outputs/console.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/runs/control_socket.hpp"
 #include "sgpu/launcher/runs/follow.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
 #include "sgpu/launcher/runs/retire.hpp"
@@ -283,6 +284,49 @@ Command add_cancel(CLI::App& app) {
   };
 }
 
+Command add_stacks(CLI::App& app) {
+  struct Flags : Common {
+    std::string run;
+    bool native = false;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand(
+      "stacks",
+      "Every rank's stack of a running run, on every node, without stopping it: ranks with the same stack "
+      "grouped, the odd ones out named (py-spy; eu-stack for native ranks)");
+  cmd->add_option("RUN", f->run,
+                  "a run name, a run id, a unique prefix of one, or 'last' (default: the newest running run)");
+  cmd->add_flag("--native", f->native, "native frames too (py-spy --native)");
+  add_common(cmd, *f);
+  return [f](const DashTail&) {
+    RunInfo run;
+    if (f->run.empty()) {
+      auto runs = launcher::list_runs(f->root());
+      auto it = std::find_if(runs.begin(), runs.end(), [](const RunInfo& r) { return r.state == RunState::Running; });
+      if (it == runs.end()) throw Error(fmt::format("no run is running in {}; name one: sgpu stacks RUN", f->root()));
+      run = *it;
+    } else {
+      run = launcher::find_run(f->root(), f->run);
+    }
+    if (run.state != RunState::Running)
+      throw Error(fmt::format("run {} is not running ({}); the stacks taken while it ran are in {}/stacks/", run.id,
+                              launcher::run_state_name(run.state), run.dir));
+    auto reply = launcher::ask_run(run.dir, {{"op", "stacks"}, {"native", f->native}}, 60);
+    if (!reply.value("ok", false))
+      throw Error(fmt::format("run {}: {}", run.id, reply.value("error", std::string("no answer"))));
+    if (f->json()) {
+      auto doc = reply["stacks"];
+      doc["run_id"] = run.id;
+      doc["dir"] = reply["dir"];
+      doc["seconds"] = reply["seconds"];
+      launcher::output(doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    } else {
+      launcher::output(fmt::format("run {}: {}", run.id, reply.value("text", std::string())));
+    }
+    return 0;
+  };
+}
+
 Command add_prune(CLI::App& app) {
   struct Flags : Common {
     std::string older_than;
@@ -325,8 +369,8 @@ Command add_prune(CLI::App& app) {
 }  // namespace
 
 std::vector<std::pair<std::string, Command>> add_run_commands(CLI::App& app) {
-  return {{"runs", add_runs(app)}, {"status", add_status(app)}, {"logs", add_logs(app)},
-          {"wait", add_wait(app)}, {"cancel", add_cancel(app)}, {"prune", add_prune(app)}};
+  return {{"runs", add_runs(app)},     {"status", add_status(app)}, {"logs", add_logs(app)},  {"wait", add_wait(app)},
+          {"cancel", add_cancel(app)}, {"stacks", add_stacks(app)}, {"prune", add_prune(app)}};
 }
 
 }  // namespace sgpu::app

@@ -38,3 +38,19 @@ def save_result(obj: Any) -> Optional[str]:
         f.write(text + "\n")
     os.replace(tmp, path)
     return path
+
+
+def heartbeat() -> None:
+    """Tells sgpu this rank is making progress (``--hang-timeout``): touches
+    ``$SGPU_HEARTBEAT_FILE``. For a rank that prints nothing for long (a long
+    evaluation, a checkpoint): without output or a heartbeat for the hang
+    timeout, sgpu takes every rank's stack and ends the job as hung. Cheap
+    (one ``utime``); outside a launched job it does nothing."""
+    path = os.environ.get("SGPU_HEARTBEAT_FILE")
+    if not path:
+        return
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        with open(path, "a"):
+            pass

@@ -42,6 +42,7 @@ int job_exit_code(const JobEnd& end) {
     case JobEnd::Kind::RankFailed:
       return end.status.shell_code();
     case JobEnd::Kind::TimedOut:
+    case JobEnd::Kind::Hung:
       return kExitTimeout;
     case JobEnd::Kind::Interrupted:
       return 128 + end.signal;
@@ -64,6 +65,8 @@ EndClass end_class(JobEnd::Kind kind) {
       return EndClass::Succeeded;
     case JobEnd::Kind::TimedOut:
       return EndClass::TimedOut;
+    case JobEnd::Kind::Hung:
+      return EndClass::Hung;
     case JobEnd::Kind::Interrupted:
     case JobEnd::Kind::StoppedByScheduler:
       return EndClass::StoppedFromOutside;
@@ -94,6 +97,8 @@ const char* job_end_name(JobEnd::Kind kind) {
       return "stopped_by_scheduler";
     case JobEnd::Kind::NotStarted:
       return "not_started";
+    case JobEnd::Kind::Hung:
+      return "hung";
   }
   return "unknown";
 }
@@ -118,6 +123,8 @@ std::string describe_end(const JobEnd& end) {
       return end.reason.empty() ? std::string("the scheduler stopped the job") : end.reason;
     case JobEnd::Kind::NotStarted:
       return end.reason.empty() ? std::string("the job could not start") : end.reason;
+    case JobEnd::Kind::Hung:
+      return end.reason.empty() ? std::string("the job hung: no rank made progress") : end.reason;
   }
   return "the job ended";
 }

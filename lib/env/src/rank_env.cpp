@@ -56,6 +56,15 @@ Environment build_rank_env(const Environment& inherited, const JobEnvironment& j
   env["SGPU_RUN_ID"] = job.run_id;
   env["SGPU_GPU_TYPE"] = job.gpu_type;
   env["SGPU_RESULT_FILE"] = files.result_file;
+  if (!files.heartbeat_file.empty()) env["SGPU_HEARTBEAT_FILE"] = files.heartbeat_file;
+  // PyTorch's NCCL flight recorder (torch 2.3 and later): the last
+  // collectives kept, and dumped into the rank's directory when NCCL's
+  // watchdog fires, unless the user chose otherwise. Older torch ignores them.
+  if (!files.nccl_trace_prefix.empty() && !is_set(inherited, job, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")) {
+    set_default("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
+    set_default("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
+    env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = files.nccl_trace_prefix;
+  }
   return env;
 }
 
@@ -81,6 +90,7 @@ bool is_launcher_variable(std::string_view name) {
                                                 "SGPU_RUN_ID",
                                                 "SGPU_GPU_TYPE",
                                                 "SGPU_RESULT_FILE",
+                                                "SGPU_HEARTBEAT_FILE",
                                                 "CUDA_DEVICE_ORDER",
                                                 "CUDA_VISIBLE_DEVICES"};
   for (auto n : kNames)

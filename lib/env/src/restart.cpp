@@ -12,6 +12,7 @@ Seconds restart_backoff(Seconds base, int restart) {
 }
 
 bool restartable(const JobEnd& end) {
+  if (end.kind == JobEnd::Kind::Hung) return true;  // a stuck collective may not stick twice
   if (end.kind != JobEnd::Kind::RankFailed) return false;
   // The shell's "not executable" and "not found": the same program fails the same way.
   return !(end.status.code && (*end.status.code == 126 || *end.status.code == 127));

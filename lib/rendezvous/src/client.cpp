@@ -224,7 +224,7 @@ struct RendezvousClient::Impl {
       case State::Running:
         if (std::holds_alternative<Heartbeat>(m)) return;
         if (std::holds_alternative<Signal>(m) || std::holds_alternative<Finish>(m) ||
-            std::holds_alternative<Restart>(m)) {
+            std::holds_alternative<Restart>(m) || std::holds_alternative<Inspect>(m)) {
           handler.on_message(std::move(m));
           return;
         }

@@ -17,7 +17,7 @@ constexpr MessageType kTypeOfIndex[] = {
     MessageType::RankStarted, MessageType::RankOutput,  MessageType::RankOutputClosed,
     MessageType::RankFile,    MessageType::RankExited,  MessageType::NodeTeardown,
     MessageType::NodeDone,    MessageType::Signal,      MessageType::Finish,
-    MessageType::Restart,
+    MessageType::Restart,     MessageType::Inspection,  MessageType::Inspect,
 };
 static_assert(std::size(kTypeOfIndex) == std::variant_size_v<Message>);
 
@@ -184,6 +184,16 @@ void put(WireWriter& w, const Finish& m) {
   w.i32(m.exit_code);
   w.bytes(m.summary);
 }
+void put(WireWriter& w, const Inspect& m) {
+  w.u32(m.id);
+  w.u8(static_cast<std::uint8_t>(m.what));
+  w.u8(m.native ? 1 : 0);
+}
+void put(WireWriter& w, const Inspection& m) {
+  w.u32(m.id);
+  w.u64(m.progress_age_ms);
+  w.bytes(m.stacks);
+}
 void put(WireWriter& w, const Restart& m) {
   w.u32(m.attempt);
   w.bytes(m.master_addr);
@@ -307,7 +317,7 @@ Message get(MessageType type, WireReader& r) {
     case MessageType::NodeTeardown: {
       NodeTeardown m;
       auto kind = r.u8();
-      if (kind > static_cast<std::uint8_t>(env::JobEnd::Kind::NotStarted))
+      if (kind > static_cast<std::uint8_t>(env::JobEnd::Kind::Hung))
         throw ProtocolError(fmt::format("invalid teardown cause {}", kind));
       m.cause.kind = static_cast<env::JobEnd::Kind>(kind);
       m.cause.rank = r.i32();
@@ -335,6 +345,22 @@ Message get(MessageType type, WireReader& r) {
       m.summary = r.bytes(kMaxMessageBytes, "summary");
       return m;
     }
+    case MessageType::Inspect: {
+      Inspect m;
+      m.id = r.u32();
+      auto what = r.u8();
+      if (what > 1) throw ProtocolError(fmt::format("invalid inspection {}", what));
+      m.what = static_cast<InspectWhat>(what);
+      m.native = r.u8() != 0;
+      return m;
+    }
+    case MessageType::Inspection: {
+      Inspection m;
+      m.id = r.u32();
+      m.progress_age_ms = r.u64();
+      m.stacks = r.bytes(kMaxStacksBytes, "stacks");
+      return m;
+    }
     case MessageType::Restart: {
       Restart m;
       m.attempt = r.u32();
@@ -346,7 +372,7 @@ Message get(MessageType type, WireReader& r) {
   throw ProtocolError(fmt::format("unknown message type {}", static_cast<int>(type)));
 }
 
-bool known_type(std::uint8_t t) { return (t >= 1 && t <= 12) || (t >= 20 && t <= 26) || (t >= 30 && t <= 32); }
+bool known_type(std::uint8_t t) { return (t >= 1 && t <= 12) || (t >= 20 && t <= 27) || (t >= 30 && t <= 33); }
 
 }  // namespace
 
@@ -398,6 +424,10 @@ const char* type_name(MessageType type) {
       return "Finish";
     case MessageType::Restart:
       return "Restart";
+    case MessageType::Inspect:
+      return "Inspect";
+    case MessageType::Inspection:
+      return "Inspection";
   }
   return "unknown";
 }

@@ -496,6 +496,7 @@ struct RendezvousServer::Impl {
       case MessageType::NodeTeardown:
       case MessageType::NodeDone:
       case MessageType::Abort:
+      case MessageType::Inspection:
         handler.on_node_message(p.node_rank, std::move(m));
         return;
       default:

@@ -24,6 +24,8 @@
 #include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
+#include "sgpu/launcher/runs/control_socket.hpp"
+#include "sgpu/launcher/stacks/stacks.hpp"
 #include "sgpu/launcher/tracking/mlflow.hpp"
 
 namespace sgpu::launcher {
@@ -92,6 +94,21 @@ void check_capabilities(const JobSpec& spec, const BackendInfo& info) {
   }
 }
 
+// A question from another sgpu command to this running run.
+void answer_control(const StacksTaker& take_stacks, const nlohmann::json& request,
+                    std::function<void(nlohmann::json)> reply) {
+  auto op = request.is_object() ? request.value("op", std::string()) : std::string();
+  if (op != "stacks") return reply({{"ok", false}, {"error", fmt::format("unknown request '{}'; valid: stacks", op)}});
+  bool native = request.value("native", false);
+  take_stacks(native, [reply = std::move(reply)](const Inspection& in) {
+    reply({{"ok", true},
+           {"text", format_inspection("", in)},
+           {"dir", in.dir},
+           {"seconds", in.seconds},
+           {"stacks", stacks_json(in.report, in.stacks)}});
+  });
+}
+
 LaunchContext context_of(LaunchRequest& request) {
   LaunchContext ctx;
   ctx.spec = std::move(request.resolved.spec);
@@ -137,6 +154,25 @@ int launch(LaunchRequest request) {
   std::optional<KeyLock> key_lock;
   std::unique_ptr<JobOutputs> outputs;
   std::optional<RanksEnded> ranks_ended;  // the observer when tracked
+  // `sgpu stacks` reaches the run here while its job runs: open once both
+  // the run directory (the outputs) and the backend's way to take stacks exist.
+  std::optional<ControlSocket> control;
+  StacksTaker stacks_taker;
+  std::string control_dir;
+  auto open_control = [&] {
+    if (control || !stacks_taker || control_dir.empty()) return;
+    control.emplace(io, control_dir, [&](const nlohmann::json& asked, auto reply) {
+      if (!stacks_taker) return reply(nlohmann::json{{"ok", false}, {"error", "the run's job is over"}});
+      answer_control(stacks_taker, asked, std::move(reply));
+    });
+  };
+  ctx.offer_stacks = [&](StacksTaker taker) {
+    stacks_taker = std::move(taker);
+    if (stacks_taker)
+      open_control();
+    else
+      control.reset();  // on the loop: nothing keeps it running once the job is over
+  };
   // The run's link and spec.json's upload, once both the run and the
   // outputs exist (on one node the outputs come first, on many the run).
   auto track_outputs = [&](const LaunchPlan& plan) {
@@ -185,6 +221,8 @@ int launch(LaunchRequest request) {
   ObserverFactory observe = [&](boost::asio::io_context& loop, const LaunchPlan& plan) -> JobObserver& {
     check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
     outputs = std::make_unique<JobOutputs>(loop, ctx.spec, plan, ctx.inherited);
+    control_dir = plan.run_dir;
+    open_control();
     key_lock.reset();
     job_plan = plan;
     track_outputs(plan);

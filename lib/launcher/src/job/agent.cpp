@@ -27,6 +27,7 @@
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/launcher/stacks/stacks.hpp"
 #include "sgpu/rendezvous/client.hpp"
 #include "sgpu/rendezvous/host_info.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
@@ -250,8 +251,10 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       files[r.place.rank] = r.files;
     }
     // The launcher owns the job's time limit; this node only stops when told.
-    supervisor =
-        std::make_unique<Supervisor>(io, *this, SupervisorOptions{std::nullopt, plan.grace, options.handle_signals});
+    SupervisorOptions so;
+    so.grace = plan.grace;
+    so.handle_signals = options.handle_signals;
+    supervisor = std::make_unique<Supervisor>(io, *this, so);
     supervisor->start(launches, [this](const JobOutcome&) { on_ranks_finished(); });
   }
 
@@ -267,6 +270,10 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     }
     if (const auto* again = std::get_if<rdzv::Restart>(&message)) {
       restart(*again);
+      return;
+    }
+    if (const auto* ask = std::get_if<rdzv::Inspect>(&message)) {
+      inspect(*ask);
       return;
     }
     const auto* sig = std::get_if<rdzv::Signal>(&message);
@@ -286,6 +293,29 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
         supervisor->kill();
         return;
     }
+  }
+
+  // The launcher's question (--hang-timeout, `sgpu stacks`): this node's
+  // progress, or its ranks' stacks, taken here where the ranks are.
+  void inspect(const rdzv::Inspect& ask) {
+    rdzv::Inspection answer;
+    answer.id = ask.id;
+    if (supervisor) {
+      answer.progress_age_ms = static_cast<std::uint64_t>(supervisor->progress_age().count() * 1000);
+    }
+    if (ask.what == rdzv::InspectWhat::Progress || !supervisor) {
+      if (ask.what == rdzv::InspectWhat::Stacks) answer.stacks = "[]";
+      client.send(answer);
+      return;
+    }
+    std::vector<StackTarget> targets;
+    for (const auto& r : supervisor->running_ranks()) targets.push_back({r.rank, r.pid, options.node_name});
+    auto stacks_options = stack_options_for(plan.executable, options.environment);
+    stacks_options.native = ask.native;
+    take_stacks(io, targets, stacks_options, [this, answer](std::vector<RankStack> stacks) mutable {
+      answer.stacks = fit_stacks(std::move(stacks), rdzv::kMaxStacksBytes);
+      if (!done) client.send(answer);
+    });
   }
 
   // --watch-stdin: whatever arrives is ignored; the end of input is the end

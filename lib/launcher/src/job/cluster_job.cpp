@@ -1,5 +1,7 @@
 #include "sgpu/launcher/job/cluster_job.hpp"
 
+#include "job/node_inquiry.hpp"
+
 #include <sys/resource.h>
 #include <algorithm>
 #include <csignal>
@@ -30,6 +32,10 @@ namespace {
 
 constexpr auto kFirstProgress = std::chrono::seconds(5);
 constexpr auto kProgressEvery = std::chrono::seconds(30);
+// How long the nodes have to answer: how far their ranks got, and their
+// stacks (each node reads its ranks in parallel, each read bounded by 4 s).
+constexpr auto kInquiryLimit = std::chrono::milliseconds(3000);
+constexpr auto kStacksLimit = std::chrono::milliseconds(6000);
 
 std::chrono::milliseconds to_ms(env::Seconds s) { return std::chrono::duration_cast<std::chrono::milliseconds>(s); }
 
@@ -71,6 +77,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   rdzv::Secret secret;
   std::unique_ptr<rdzv::RendezvousServer> server;
   std::unique_ptr<JobControl> control;  // made once the spec's durations are read
+  NodeInquiries inquiries;              // --hang-timeout's and the stacks' questions to the nodes
   asio::steady_timer progress_timer;
   const ClusterJob::ObserverFactory* make_observer = nullptr;
   JobObserver* observer = nullptr;
@@ -96,6 +103,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
         options(std::move(o)),
         cwd(std::move(dir)),
         secret(options.secret ? *options.secret : rdzv::Secret::generate()),
+        inquiries(io_, [this](std::uint32_t node, const rdzv::Inspect& ask) { server->send(node, ask); }),
         progress_timer(io_) {
     if (options.nnodes < 1) throw Error(fmt::format("--nnodes {}: must be at least 1", options.nnodes));
     allow_connections(options.nnodes);
@@ -105,8 +113,9 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     if (!g) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
     grace = *g;
     auto restarts = restart_policy(spec);
+    auto hang = env::parse_duration(spec.hang_timeout, "--hang-timeout");
     control = std::make_unique<JobControl>(
-        io, JobControlOptions{timeout, grace, true, restarts.max_restarts, restarts.backoff}, *this);
+        io, JobControlOptions{timeout, grace, true, restarts.max_restarts, restarts.backoff, hang}, *this);
     run_id = make_run_id();
     auto root = runs_root(spec.log_dir, inherited);
     run_dir = create_run_dir(root, run_id, 0);
@@ -117,8 +126,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     so.heartbeat_timeout = to_ms(options.heartbeat_timeout);
     so.run_id = run_id;
     env::Environment added;
-    if (options.before_start) {
-      added = options.before_start(ClusterJob::job_plan(spec, run_id, run_dir, cwd, {}, options.master_addr, 0));
+    if (options.engine.before_start) {
+      added = options.engine.before_start(ClusterJob::job_plan(spec, run_id, run_dir, cwd, {}, options.master_addr, 0));
       for (const auto& [name, value] : added) spec.env[name] = value;
     }
     so.job = encode_job({spec, cwd, added});
@@ -324,6 +333,41 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
 
   void handle(std::uint32_t node, rdzv::Abort& m) { lose(node, m.message, std::nullopt); }
 
+  void handle(std::uint32_t node, rdzv::Inspection& m) { inquiries.on_answer(node, m); }
+
+  // The nodes whose ranks still run: what a question about progress or
+  // stacks goes to.
+  std::vector<InquiryNode> running_nodes() const {
+    std::vector<InquiryNode> out;
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      if (node_state[i] == NodeState::Running)
+        out.push_back({static_cast<std::uint32_t>(i), nodes[i].name, static_cast<int>(nodes[i].rank_base),
+                       static_cast<int>(nodes[i].local_ranks)});
+    return out;
+  }
+
+  // JobControl::Actions, --hang-timeout: each node knows its ranks' output and heartbeats.
+  void progress_age(std::function<void(std::optional<env::Seconds>)> answer) override {
+    if (!started || between_attempts) return answer(std::nullopt);
+    inquiries.ask_progress(running_nodes(), kInquiryLimit, std::move(answer));
+  }
+  void inspect(const env::JobEnd& why, std::function<void(std::string)> done) override {
+    if (!started || between_attempts) return done("");
+    take_stacks(
+        false, [this, why, done = std::move(done)](const Inspection& in) { done(in.report.verdict); },
+        why.reason.empty() ? env::describe_end(why) : why.reason);
+  }
+  // Every node's ranks' stacks, kept in the run directory; printed under
+  // `headline` unless it is "".
+  void take_stacks(bool native, std::function<void(const Inspection&)> done, std::string headline) {
+    auto began = std::chrono::steady_clock::now();
+    inquiries.ask_stacks(running_nodes(), native, kStacksLimit,
+                         [this, began, headline, done = std::move(done)](std::vector<RankStack> stacks) {
+                           auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began);
+                           done(present_stacks(run_dir, headline, std::move(stacks), seconds.count()));
+                         });
+  }
+
   void on_node_lost(std::uint32_t node, const std::string& why) override { lose(node, why, std::nullopt); }
 
   // `code`: what the node's ending means, when its backend knows it.
@@ -345,6 +389,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       return;
     }
     node_state[node] = NodeState::Lost;
+    inquiries.node_gone(node);
     const auto& n = nodes[node];
     // Whatever its ranks printed without a newline is shown now.
     for (auto r = n.rank_base; r < n.rank_base + n.local_ranks; ++r) {
@@ -440,6 +485,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
 
   void stop_waiting() {
     if (options.on_end) std::exchange(options.on_end, nullptr)();
+    if (auto offer = std::exchange(options.engine.offer_stacks, nullptr)) offer(nullptr);
     control->finish();
     progress_timer.cancel();
   }
@@ -525,6 +571,9 @@ JobOutcome ClusterJob::run(const ObserverFactory& make_observer) {
   s.control->watch_signals();
   s.server->start();
   s.arm_progress(kFirstProgress);
+  if (s.options.engine.offer_stacks)
+    s.options.engine.offer_stacks(
+        [&s](bool native, std::function<void(const Inspection&)> done) { s.take_stacks(native, std::move(done), ""); });
   s.io.run();
   s.io.restart();
   if (s.preflight_done) throw preflight::PreflightDone(std::move(*s.preflight_done));

@@ -220,6 +220,7 @@ struct JobOutputs::Impl {
     report.started = outcome.started;
     report.ended = outcome.ended;
     report.timeout = plan.timeout;
+    report.hang_timeout = plan.hang_timeout;
     report.mlflow = tracking;
     std::size_t budget = kResultsBudget;
     for (const auto& r : plan.ranks) {
@@ -316,7 +317,8 @@ struct JobOutputs::Impl {
         return std::nullopt;
       case Kind::TimedOut:
         cause.message =
-            fmt::format("the job ran past --timeout {}", plan.timeout ? env::format_duration(*plan.timeout) : "?");
+            fmt::format("the job ran past --timeout {}{}", plan.timeout ? env::format_duration(*plan.timeout) : "?",
+                        end.reason.empty() ? "" : "; " + end.reason);  // the stacks' verdict
         return cause;
       case Kind::Interrupted:
         cause.message = fmt::format("sgpu received {}", env::signal_name(end.signal));
@@ -325,6 +327,7 @@ struct JobOutputs::Impl {
         cause.rank = end.rank;
         cause.message = spawn_error;
         return cause;
+      case Kind::Hung:  // the stacks' verdict
       case Kind::NodeLost:
       case Kind::StoppedByScheduler:
       case Kind::NotStarted:

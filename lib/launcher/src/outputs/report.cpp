@@ -89,6 +89,9 @@ std::string headline(const RunReport& report) {
     case Kind::SpawnFailed:
       return fmt::format("sgpu: error: cannot start rank {}{}: {}", end.rank, end.host.empty() ? "" : " on " + end.host,
                          report.root_cause ? report.root_cause->message : std::string("?"));
+    case Kind::Hung:
+      return fmt::format("sgpu: error: the job hung: {}{} (exit code 124)", env::describe_end(end),
+                         stopped_by_sgpu(report));
     case Kind::NodeLost:
     case Kind::StoppedByScheduler:
     case Kind::NotStarted:

@@ -154,6 +154,7 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"master_port", plan.master_port},
       {"timeout_s", seconds_or_null(plan.timeout)},
       {"grace_s", plan.grace.count()},
+      {"hang_timeout_s", seconds_or_null(plan.hang_timeout)},
       {"max_restarts", plan.max_restarts},
       {"restart_backoff_s", plan.restart_backoff.count()},
       {"env", environment},

@@ -153,6 +153,9 @@ std::string dry_run_text(const DryRun& d) {
   line("timeout",
        fmt::format("{}, then SIGTERM and SIGKILL after {}",
                    first.timeout ? env::format_duration(*first.timeout) : "none", env::format_duration(first.grace)));
+  if (first.hang_timeout)
+    line("hang", fmt::format("no progress from any rank for {}: every rank's stack, then the job ends (124)",
+                             env::format_duration(*first.hang_timeout)));
   if (first.max_restarts > 0)
     line("restarts", fmt::format("up to {} after a rank fails, {} apart at first (doubling, at most 1m), all within "
                                  "the timeout",
@@ -213,6 +216,7 @@ std::string dry_run_json(const DryRun& d) {
   doc["cpu_bind"] = cpu_bind_name(first.cpu_bind);
   doc["timeout_s"] = first.timeout ? json(first.timeout->count()) : json(nullptr);
   doc["grace_s"] = first.grace.count();
+  doc["hang_timeout_s"] = first.hang_timeout ? json(first.hang_timeout->count()) : json(nullptr);
   doc["max_restarts"] = first.max_restarts;
   doc["restart_backoff_s"] = first.restart_backoff.count();
   doc["master_addr"] = first.master_addr;

@@ -125,6 +125,7 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   auto grace = env::parse_duration(spec.grace, "--grace");
   if (!grace) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
   plan.grace = *grace;
+  plan.hang_timeout = env::parse_duration(spec.hang_timeout, "--hang-timeout");
   if (spec.ray && spec.entrypoint.kind == env::Entrypoint::Kind::Executable)
     throw Error(
         "--ray runs the entrypoint as the Ray driver with the job's Python interpreter: drop --no-python and give a "
@@ -174,6 +175,8 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
     auto dir = fs::path(plan.run_dir) / "ranks" / std::to_string(global);
     rank.files.error_file = (dir / "error.json").string();
     rank.files.result_file = (dir / "result").string();
+    rank.files.heartbeat_file = (dir / "heartbeat").string();
+    rank.files.nccl_trace_prefix = (dir / "nccl_trace_rank_").string();
     rank.binding = std::move(bindings[static_cast<std::size_t>(r)]);
     // OpenMP's threads fill the rank's cores, one each.
     job.omp_threads = rank.binding && spec.cpu_bind != CpuBind::None ? std::max(1, rank.binding->cores) : 1;

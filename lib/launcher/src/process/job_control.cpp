@@ -1,7 +1,10 @@
 #include "sgpu/launcher/process/job_control.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "sgpu/env/restart.hpp"
 
@@ -15,7 +18,13 @@ std::chrono::steady_clock::duration to_steady(env::Seconds s) {
 }  // namespace
 
 JobControl::JobControl(asio::io_context& io, JobControlOptions options, Actions& actions)
-    : options_(options), actions_(actions), signals_(io), timeout_timer_(io), grace_timer_(io), backoff_timer_(io) {}
+    : options_(options),
+      actions_(actions),
+      signals_(io),
+      timeout_timer_(io),
+      grace_timer_(io),
+      backoff_timer_(io),
+      hang_timer_(io) {}
 
 void JobControl::watch_signals() {
   if (!options_.handle_signals) return;
@@ -47,6 +56,8 @@ void JobControl::arm_signals() {
 
 void JobControl::start() {
   started_ = true;
+  // Each attempt's ranks get the whole hang timeout from their start.
+  if (options_.hang_timeout && !stopping_) arm_hang_check(to_steady(*options_.hang_timeout));
   // Once for the whole run: the timeout covers every attempt together.
   if (!options_.timeout || stopping_ || timeout_armed_) return;
   timeout_armed_ = true;
@@ -58,7 +69,48 @@ void JobControl::start() {
     if (stopping_ || in_backoff_)
       end_for_good(end, SIGTERM);
     else
-      stop(end, SIGTERM);
+      stop_after_inspecting(end);  // every timed-out run says where each rank was
+  });
+}
+
+void JobControl::arm_hang_check(std::chrono::steady_clock::duration after) {
+  hang_timer_.expires_after(after);
+  hang_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) check_progress();
+  });
+}
+
+// One timer, set to when the newest progress would be a hang timeout old:
+// a job that makes progress costs one check per timeout, not a poll.
+void JobControl::check_progress() {
+  if (finished_ || final_) return;
+  auto limit = *options_.hang_timeout;
+  if (stopping_ || in_backoff_ || inspecting_) {
+    arm_hang_check(to_steady(limit));  // the next attempt's start re-arms it anyway
+    return;
+  }
+  actions_.progress_age([this, limit](std::optional<env::Seconds> age) {
+    if (finished_ || final_ || stopping_ || in_backoff_ || inspecting_) return;
+    if (!age || *age < limit) {
+      auto left = age ? limit - *age : limit;
+      arm_hang_check(std::max(to_steady(left), to_steady(env::Seconds(0.05))));
+      return;
+    }
+    env::JobEnd end;
+    end.kind = env::JobEnd::Kind::Hung;
+    end.reason = fmt::format("no rank made progress for {} (--hang-timeout)", env::format_duration(limit));
+    stop_after_inspecting(end);
+  });
+}
+
+void JobControl::stop_after_inspecting(env::JobEnd cause) {
+  if (inspecting_) return;
+  inspecting_ = true;
+  actions_.inspect(cause, [this, cause](const std::string& verdict) mutable {
+    inspecting_ = false;
+    if (finished_ || stopping_ || in_backoff_) return;  // a rank failed, a signal came: that ended it
+    if (!verdict.empty()) cause.reason = cause.reason.empty() ? verdict : cause.reason + ": " + verdict;
+    stop(cause, SIGTERM);
   });
 }
 
@@ -159,6 +211,7 @@ void JobControl::finish() {
   timeout_timer_.cancel();
   grace_timer_.cancel();
   backoff_timer_.cancel();
+  hang_timer_.cancel();
   boost::system::error_code ignored;
   signals_.cancel(ignored);
   signals_.clear(ignored);

@@ -47,6 +47,10 @@ int child_main(void* arg) {
   if (req.parent != 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != req.parent) ::_exit(128 + SIGKILL);  // sgpu died before prctl took effect
+    // Under Yama's ptrace_scope 1 only an ancestor may trace: this lets sgpu
+    // and its children (py-spy for `sgpu stacks`, --hang-timeout) read the
+    // rank's stack. EINVAL without Yama, which is fine.
+    ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(req.parent), 0, 0, 0);
   }
   for (int target = 0; target < 3; ++target) {
     int source = req.stdio[target];

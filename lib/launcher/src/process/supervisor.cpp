@@ -6,6 +6,7 @@
 #include "sgpu/launcher/process/orphan_guard.hpp"
 #include "sgpu/launcher/process/read_buffers.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <array>
@@ -43,6 +44,7 @@ struct Supervisor::State : JobControl::Actions {
     RankRecord record;
     std::array<bool, 2> open{false, false};
     bool ended_first = false;  // it had exited when the teardown's signal went out: not sgpu's doing
+    std::string heartbeat;     // $SGPU_HEARTBEAT_FILE
   };
 
   OrphanGuard guard;  // first: forked before any pipe or handler exists
@@ -50,6 +52,9 @@ struct Supervisor::State : JobControl::Actions {
   std::optional<AdoptedReaper> reaper;  // from start() to the end of the run
   JobObserver& observer;
   std::function<std::vector<RankLaunch>(int)> relaunch;
+  decltype(SupervisorOptions::inspect) inspect_ranks;
+  std::function<void()> on_end;
+  std::chrono::steady_clock::time_point last_output{};  // this attempt's newest output (or its start)
   JobControl control;
   asio::steady_timer drain_timer;
   std::vector<std::unique_ptr<Rank>> ranks;
@@ -80,9 +85,11 @@ struct Supervisor::State : JobControl::Actions {
       : io(io_),
         observer(obs),
         relaunch(std::move(opts.relaunch)),
+        inspect_ranks(std::move(opts.inspect)),
+        on_end(std::move(opts.on_end)),
         control(io_,
                 JobControlOptions{opts.timeout, opts.grace, opts.handle_signals, relaunch ? opts.max_restarts : 0,
-                                  opts.restart_backoff},
+                                  opts.restart_backoff, opts.hang_timeout},
                 *this),
         drain_timer(io_),
         flows(weak_flows(obs)) {}
@@ -131,6 +138,37 @@ struct Supervisor::State : JobControl::Actions {
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
     observer.on_restart(attempt, cause, backoff);
   }
+  void progress_age(std::function<void(std::optional<env::Seconds>)> answer) override { answer(age()); }
+  void inspect(const env::JobEnd& why, std::function<void(std::string)> done) override {
+    if (!inspect_ranks) return done("");
+    inspect_ranks(why, running_ranks(), std::move(done));
+  }
+
+  std::vector<RunningRank> running_ranks() const {
+    std::vector<RunningRank> out;
+    for (const auto& r : ranks)
+      if (!r->record.status && r->process) out.push_back({r->record.rank, r->record.pid});
+    return out;
+  }
+
+  // The newest progress: output seen here, or the newest heartbeat file's
+  // time (a rank in any language touches it; Python's sgpu.heartbeat()).
+  env::Seconds age() const {
+    auto since_output = std::chrono::duration_cast<env::Seconds>(std::chrono::steady_clock::now() - last_output);
+    auto newest = since_output;
+    auto now = std::chrono::system_clock::now();
+    for (const auto& r : ranks) {
+      struct stat st {};
+      if (r->heartbeat.empty() || r->record.status || ::stat(r->heartbeat.c_str(), &st) != 0) continue;
+      auto touched =
+          std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+      if (touched < now - std::chrono::duration_cast<std::chrono::system_clock::duration>(newest)) continue;
+      newest = std::chrono::duration_cast<env::Seconds>(now - touched);
+      if (newest.count() < 0) newest = env::Seconds(0);
+    }
+    return newest;
+  }
 
   // Reads the pipe into the buffer all ranks share (no buffer per rank, so
   // memory does not grow with the ranks); when it is empty, waits until it
@@ -152,6 +190,7 @@ struct Supervisor::State : JobControl::Actions {
       });
       return;
     }
+    if (n > 0) last_output = std::chrono::steady_clock::now();
     if (n > 0)
       observer.on_rank_output(r.record.rank, stream, std::string_view(chunk, static_cast<std::size_t>(n)),
                               buffers.owner());
@@ -222,6 +261,7 @@ struct Supervisor::State : JobControl::Actions {
   void spawn(const RankLaunch& launch) {
     auto rank = std::make_unique<Rank>();
     rank->record.rank = launch.rank;
+    if (auto hb = launch.env.find("SGPU_HEARTBEAT_FILE"); hb != launch.env.end()) rank->heartbeat = hb->second;
     try {
       rank->process = std::make_unique<RankProcess>(io, launch, &open_files, stdout_pipe);
     } catch (const std::system_error& e) {
@@ -278,6 +318,7 @@ struct Supervisor::State : JobControl::Actions {
     if (reaper) reaper->stop();
     outcome.ended = Clock::now();
     outcome.ranks = outcome.attempts.back().ranks;
+    if (auto end = std::exchange(on_end, nullptr)) end();
     if (on_finished) asio::post(io, [this] { on_finished(outcome); });
   }
 
@@ -296,6 +337,7 @@ struct Supervisor::State : JobControl::Actions {
   // One attempt's ranks, a batch per turn of the loop (spawn_from).
   void start_attempt(std::vector<RankLaunch> attempt) {
     attempt_started = Clock::now();
+    last_output = std::chrono::steady_clock::now();
     launches = std::move(attempt);
     spawning = true;
     spawn_from(0);
@@ -322,6 +364,10 @@ void Supervisor::stop(const env::JobEnd& cause, int sig) {
 void Supervisor::forward(int sig) { state_->forward_signal(sig); }
 
 void Supervisor::kill() { state_->control.kill(); }
+
+std::vector<RunningRank> Supervisor::running_ranks() const { return state_->running_ranks(); }
+
+env::Seconds Supervisor::progress_age() const { return state_->age(); }
 
 void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<void(const JobOutcome&)> on_finished) {
   auto& s = *state_;

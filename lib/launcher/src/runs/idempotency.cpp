@@ -85,6 +85,7 @@ KeyAction key_action(std::optional<RunState> newest) {
       return KeyAction::Refuse;
     case RunState::Failed:
     case RunState::TimedOut:
+    case RunState::Hung:
     case RunState::Cancelled:
     case RunState::Lost:
       break;

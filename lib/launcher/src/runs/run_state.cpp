@@ -10,7 +10,8 @@
 namespace sgpu::launcher {
 
 namespace {
-constexpr std::string_view kNames[] = {"running", "succeeded", "failed", "timed-out", "cancelled", "lost", "unknown"};
+constexpr std::string_view kNames[] = {"running",   "succeeded", "failed",  "timed-out",
+                                       "cancelled", "lost",      "unknown", "hung"};
 constexpr std::size_t kMaxCandidatesListed = 10;
 }  // namespace
 
@@ -28,6 +29,8 @@ RunState final_state(env::JobEnd::Kind kind) {
       return RunState::Succeeded;
     case env::EndClass::TimedOut:
       return RunState::TimedOut;
+    case env::EndClass::Hung:
+      return RunState::Hung;
     case env::EndClass::StoppedFromOutside:  // Ctrl-C, cancel, scancel, preemption
       return RunState::Cancelled;
     case env::EndClass::Failed:
@@ -39,7 +42,7 @@ RunState final_state(env::JobEnd::Kind kind) {
 std::optional<RunState> state_of_end_name(std::string_view name) {
   using Kind = env::JobEnd::Kind;
   for (auto kind : {Kind::Completed, Kind::RankFailed, Kind::TimedOut, Kind::Interrupted, Kind::SpawnFailed,
-                    Kind::NodeLost, Kind::StoppedByScheduler, Kind::NotStarted})
+                    Kind::NodeLost, Kind::StoppedByScheduler, Kind::NotStarted, Kind::Hung})
     if (env::job_end_name(kind) == name) return final_state(kind);
   return std::nullopt;
 }

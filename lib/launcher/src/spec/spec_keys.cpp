@@ -191,6 +191,12 @@ std::vector<KeyInfo> make_keys() {
        .help = "time between SIGTERM and SIGKILL on teardown (default 30s)",
        .none_ok = false,
        .apply = [](JobSpec& s, const S& v) { s.grace = as_string(v); }},
+      {.path = "timeouts.hang_timeout",
+       .kind = K::Duration,
+       .flags = "--hang-timeout",
+       .help = "end the job as hung when no rank made progress (an output line, a heartbeat) for this long, after "
+               "printing every rank's stack: 10m, 30s; none (default) never",
+       .apply = [](JobSpec& s, const S& v) { s.hang_timeout = as_string(v); }},
       // [output]
       {.path = "output.format",
        .kind = K::Choice,

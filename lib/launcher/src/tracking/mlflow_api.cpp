@@ -285,6 +285,7 @@ std::string_view run_status(env::JobEnd::Kind end) {
     case env::EndClass::TimedOut:
     case env::EndClass::StoppedFromOutside:
       return "KILLED";
+    case env::EndClass::Hung:
     case env::EndClass::Failed:
       break;
   }

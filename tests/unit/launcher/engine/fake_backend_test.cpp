@@ -31,6 +31,7 @@ using namespace std::chrono_literals;
 namespace {
 
 std::vector<int> finish_codes;  // every Finish the fake nodes got: their agents' exit codes
+int stacks_asked = 0;           // Inspect{Stacks} the fake nodes got
 
 // One fake node: two ranks that do what `behaviour` says once the job starts.
 struct FakeNode : rdzv::ClientHandler {
@@ -80,6 +81,33 @@ struct FakeNode : rdzv::ClientHandler {
     }
   }
   void on_message(rdzv::Message&& m) override {
+    if (const auto* ask = std::get_if<rdzv::Inspect>(&m)) {
+      // As an agent answers: its ranks never printed ("hang"), so their
+      // progress is as old as the job; "busy" ranks print all the time.
+      rdzv::Inspection answer{ask->id, behaviour == "busy" ? 0U : 3600U * 1000U, ""};
+      if (ask->what == rdzv::InspectWhat::Stacks) {
+        ++stacks_asked;
+        nlohmann::json ranks = nlohmann::json::array();
+        for (std::uint32_t r = 0; r < 2; ++r) {
+          bool odd = behaviour == "stuck" && r == 1;
+          nlohmann::json frame = {
+              {"name", odd ? "load_batch" : "all_reduce"},
+              {"file", odd ? "train.py" : "distributed_c10d.py"},
+              {"path", odd ? "/job/train.py" : "/usr/lib/python3/dist-packages/torch/distributed/x.py"},
+              {"line", odd ? 12 : 1536}};
+          ranks.push_back(
+              {{"rank", assign.rank_base + r},
+               {"host", name},
+               {"pid", 1000 + r},
+               {"tool", "py-spy"},
+               {"error", nullptr},
+               {"threads", {{{"name", "MainThread"}, {"tid", 1000 + r}, {"main", true}, {"frames", {frame}}}}}});
+        }
+        answer.stacks = ranks.dump();
+      }
+      client->send(answer);
+      return;
+    }
     if (const auto* finish = std::get_if<rdzv::Finish>(&m)) {
       finish_codes.push_back(finish->exit_code);  // the code this node's agent would exit with
       client->close();
@@ -159,7 +187,8 @@ struct Run {
   double seconds = 0;
 };
 
-Run launch_fake(std::vector<std::string> behaviours, const std::string& timeout = "1m") {
+Run launch_fake(std::vector<std::string> behaviours, const std::string& timeout = "1m",
+                const std::string& hang_timeout = "none") {
   static bool registered = false;
   if (!registered) {
     register_backend({.name = "fake", .flag_name = "fake", .make = []() -> std::unique_ptr<Backend> {
@@ -169,12 +198,14 @@ Run launch_fake(std::vector<std::string> behaviours, const std::string& timeout 
   }
   g_behaviours = std::move(behaviours);
   finish_codes.clear();
+  stacks_asked = 0;
   auto root = fs::temp_directory_path() / ("sgpu-fake-" + std::to_string(::getpid()));
   LaunchRequest req;
   req.resolved.spec.entrypoint = {sgpu::env::Entrypoint::Kind::Executable, "fake-program", {}};
   req.resolved.spec.backend = "fake";
   req.resolved.spec.origins["resources.backend"] = "--backend fake";
   req.resolved.spec.timeout = timeout;
+  req.resolved.spec.hang_timeout = hang_timeout;
   req.resolved.spec.grace = "5s";
   req.resolved.spec.log_dir = root.string();
   req.cwd = fs::current_path().string();
@@ -221,6 +252,24 @@ TEST_CASE("engine: a registered backend runs jobs with one job control and one e
     CHECK(run.summary["exit_code"] == 124);
     CHECK(run.summary["status"] == "timed_out");
     CHECK(run.seconds < 5);
+    CHECK(stacks_asked == 2);  // every node was asked where its ranks were before they were stopped
+    CHECK(run.summary["root_cause"]["message"].get<std::string>().find("every rank is at the same place") !=
+          std::string::npos);
+  }
+  SUBCASE("--hang-timeout: no progress on any node ends the job as hung, naming the stuck rank and its node") {
+    auto run = launch_fake({"hang", "stuck"}, "1m", "1s");
+    CHECK(run.code == 124);
+    CHECK(finish_codes == std::vector<int>{124, 124});
+    CHECK(run.summary["status"] == "hung");
+    auto message = run.summary["root_cause"]["message"].get<std::string>();
+    CHECK(message.find("no rank made progress for 1s") != std::string::npos);
+    CHECK(message.find("rank 3 on fake-1 (pid 1001) at train.py:12 in load_batch") != std::string::npos);
+    CHECK(run.seconds < 5);
+  }
+  SUBCASE("--hang-timeout: a node whose ranks make progress keeps the job going") {
+    auto run = launch_fake({"busy", "busy"}, "2", "1s");
+    CHECK(run.code == 124);
+    CHECK(run.summary["status"] == "timed_out");  // the timeout ended it, not the hang check
   }
   SUBCASE("a lost node ends the job; the backend's word on it is the exit code, the agents' too") {
     auto run = launch_fake({"hang", "vanish"});

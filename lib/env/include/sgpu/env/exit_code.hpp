@@ -36,6 +36,8 @@ struct JobEnd {
   // scancel, preemption), whatever the ranks then did.
   // NotStarted: the job could not start (a host unreachable, the
   // rendezvous failed, an allocation refused); `cause_code` says why.
+  // Hung: no rank made progress (output or heartbeat) for --hang-timeout;
+  // `reason` holds the verdict of the ranks' stacks. Exit 124, as a timeout.
   enum class Kind {
     Completed,
     RankFailed,
@@ -44,7 +46,8 @@ struct JobEnd {
     SpawnFailed,
     NodeLost,
     StoppedByScheduler,
-    NotStarted
+    NotStarted,
+    Hung
   };
   Kind kind = Kind::Completed;
   int rank = -1;        // RankFailed, SpawnFailed
@@ -52,7 +55,8 @@ struct JobEnd {
   int signal = 0;       // Interrupted: the signal sgpu received; StoppedByScheduler: the one the scheduler sent
   int spawn_errno = 0;  // SpawnFailed
   std::string host;     // multi-node: the node where it happened ("" on one node)
-  std::string reason;   // NodeLost: what the launcher saw; StoppedByScheduler: what the scheduler did; NotStarted: why
+  std::string reason;   // NodeLost: what the launcher saw; StoppedByScheduler: what the scheduler did; NotStarted: why;
+                        // Hung: the stacks' verdict
   // The exit code the cause itself carries, for the two kinds whose code no
   // rule can derive. NodeLost: what the node's ending means, when its
   // backend knows (ssh's 255 for a lost connection, 128+N for an agent killed
@@ -69,7 +73,7 @@ int job_exit_code(const JobEnd& end);
 // What kind of end it was, for those that sort runs coarsely (`sgpu runs`'
 // states, MLflow's run status): stopped from outside is a signal to sgpu or
 // the scheduler's doing.
-enum class EndClass { Succeeded, Failed, TimedOut, StoppedFromOutside };
+enum class EndClass { Succeeded, Failed, TimedOut, Hung, StoppedFromOutside };
 EndClass end_class(JobEnd::Kind kind);
 
 // "rank_failed", "timed_out", ...: the end's name in events.jsonl and summary.json.

@@ -37,6 +37,12 @@ struct JobEnvironment {
 struct RankFiles {
   std::string error_file;
   std::string result_file;
+  // SGPU_HEARTBEAT_FILE: a rank that touches it made progress (--hang-timeout).
+  std::string heartbeat_file{};
+  // Where PyTorch's NCCL flight recorder dumps its trace on a watchdog
+  // timeout (TORCH_NCCL_DEBUG_INFO_TEMP_FILE, a prefix it adds the rank to);
+  // "" leaves the recorder as the user set it.
+  std::string nccl_trace_prefix{};
 };
 
 // `inherited` is sgpu's own environment. Identity variables always win;

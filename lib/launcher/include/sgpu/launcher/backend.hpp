@@ -30,12 +30,14 @@
 #include "sgpu/env/gpu.hpp"
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/job/agent.hpp"
+#include "sgpu/launcher/job/cluster_job.hpp"
 #include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
 #include "sgpu/launcher/spec/spec_schema.hpp"
+#include "sgpu/launcher/stacks/stacks.hpp"
 
 namespace sgpu::launcher {
 
@@ -66,14 +68,20 @@ struct LaunchContext {
   // every rank gets on top of the spec's (MLflow's run): the backend adds
   // them to spec.env, so later attempts get them too.
   std::function<env::Environment(LaunchContext&)> ranks_env;
+  // Set by the engine; a backend calls it with how to take every rank's
+  // stack once its job is placed, and with nullptr once the job is over, on
+  // the loop (`sgpu stacks` asks through the run's control socket).
+  std::function<void(StacksTaker)> offer_stacks;
 };
 
-// ClusterOptions::before_start for a backend whose nodes join a ClusterJob:
-// the engine's steps (ctx.before_start, then ctx.ranks_env), whose variables
-// then travel to every node. Empty when the engine has none.
-inline std::function<env::Environment(const LaunchPlan&)> cluster_before_start(LaunchContext& ctx) {
-  if (!ctx.before_start && !ctx.ranks_env) return {};
-  return [&ctx](const LaunchPlan& plan) {
+// ClusterOptions::engine for a backend whose nodes join a ClusterJob: the
+// engine's steps (ctx.before_start, then ctx.ranks_env), whose variables then
+// travel to every node, and ctx.offer_stacks.
+inline EngineHooks cluster_engine_hooks(LaunchContext& ctx) {
+  EngineHooks hooks;
+  hooks.offer_stacks = ctx.offer_stacks;
+  if (!ctx.before_start && !ctx.ranks_env) return hooks;
+  hooks.before_start = [&ctx](const LaunchPlan& plan) {
     ctx.run_id = plan.run_id;
     ctx.run_dir = plan.run_dir;
     if (ctx.before_start) ctx.before_start(ctx, plan);
@@ -81,6 +89,7 @@ inline std::function<env::Environment(const LaunchPlan&)> cluster_before_start(L
     for (const auto& [name, value] : added) ctx.spec.env[name] = value;
     return added;
   };
+  return hooks;
 }
 
 // A node as --dry-run shows it: its name ("this node", "gpu-a", "node3 (SLURM

@@ -12,6 +12,7 @@
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
+#include "sgpu/launcher/stacks/stacks.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
 
 namespace sgpu::launcher::local {
@@ -80,6 +81,15 @@ class LocalBackend : public Backend {
     auto& io = *ctx.io;
     auto& observer = observe(io, plan);
     SupervisorOptions options{plan.timeout, plan.grace};
+    options.hang_timeout = plan.hang_timeout;
+    options.inspect = [&io, run_dir = plan.run_dir, stacks = stack_options_for(plan.executable, ctx.inherited)](
+                          const env::JobEnd& why, std::vector<RunningRank> running,
+                          std::function<void(std::string)> done) {
+      std::vector<StackTarget> targets;
+      for (const auto& r : running) targets.push_back({r.rank, r.pid, ""});
+      inspect_ranks(io, run_dir, why.reason.empty() ? env::describe_end(why) : why.reason, targets, stacks,
+                    [done = std::move(done)](const Inspection& seen) { done(seen.report.verdict); });
+    };
     options.max_restarts = plan.max_restarts;
     options.restart_backoff = plan.restart_backoff;
     if (plan.max_restarts > 0) {
@@ -92,6 +102,9 @@ class LocalBackend : public Backend {
         return launches_of(make_plan(spec, in));
       };
     }
+    options.on_end = [&ctx] {
+      if (ctx.offer_stacks) ctx.offer_stacks(nullptr);
+    };
     Supervisor supervisor(io, observer, options);
     // What before_start began (MLflow's run) went on beside the outputs and
     // the supervisor being made ready; the ranks wait for it, and only they.
@@ -101,6 +114,14 @@ class LocalBackend : public Backend {
         for (auto& r : plan.ranks) r.env[name] = value;
       }
     }
+    if (ctx.offer_stacks)
+      ctx.offer_stacks([&, stacks = stack_options_for(plan.executable, ctx.inherited)](
+                           bool native, std::function<void(const Inspection&)> done) mutable {
+        std::vector<StackTarget> targets;
+        for (const auto& r : supervisor.running_ranks()) targets.push_back({r.rank, r.pid, ""});
+        stacks.native = native;
+        inspect_ranks(io, plan.run_dir, "", targets, stacks, std::move(done));
+      });
     return {supervisor.run(launches_of(plan)), {}};
   }
 

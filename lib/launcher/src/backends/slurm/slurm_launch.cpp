@@ -401,7 +401,7 @@ JobOutcome SlurmSession::run(const ClusterJob::ObserverFactory& make_observer) {
   copts.notice = run.notice;
   copts.on_end = [&run] { run.on_run_over(); };
   copts.refine_end = [&run](env::JobEnd& end, std::function<void()> settled) { run.refine(end, std::move(settled)); };
-  copts.before_start = in.before_start;
+  copts.engine = in.engine;
   ClusterJob job(s.io, plan.node_spec, copts, in.inherited, in.cwd);
   s.run_id = job.run_id();
   s.run_dir = job.run_dir();
@@ -457,7 +457,7 @@ class SlurmBackend : public Backend {
     in_.inherited = ctx.inherited;
     in_.cwd = ctx.cwd;
     in_.self_exe = ctx.self_exe;
-    in_.before_start = cluster_before_start(ctx);
+    in_.engine = cluster_engine_hooks(ctx);
     if (in_.self_exe.empty()) throw Error("cannot find this sgpu binary (/proc/self/exe)", 1);
     session_ = std::make_unique<SlurmSession>(*ctx.io, in_);
     struct Created {

@@ -30,8 +30,8 @@ struct SlurmLaunch {
   std::string self_exe;  // the agents run this binary (a path every node sees)
   env::Seconds join_timeout{600};
   env::Seconds heartbeat_timeout{10};
-  std::function<void(const std::string&)> notice;                   // "sgpu: ..." lines; default: stderr
-  std::function<env::Environment(const LaunchPlan&)> before_start;  // ClusterOptions::before_start
+  std::function<void(const std::string&)> notice;  // "sgpu: ..." lines; default: stderr
+  EngineHooks engine;                              // ClusterOptions::engine
 };
 
 // Where the job runs and what each node runs: pure, for the checks and tests.

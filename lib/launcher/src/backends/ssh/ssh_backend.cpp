@@ -236,7 +236,7 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJ
   copts.heartbeat_timeout = in.heartbeat_timeout;
   for (const auto& n : chosen) copts.node_names.push_back(n.entry.host);
   copts.master_addr = in.spec.rendezvous.master_addr;
-  copts.before_start = in.before_start;
+  copts.engine = in.engine;
   // Once the run is over, the sessions still open are ended and waited for:
   // an agent stops its ranks within the grace, then a few seconds for ssh.
   Handler* handler_at_end = nullptr;
@@ -362,7 +362,7 @@ class SshBackend : public Backend {
     in_.inherited = ctx.inherited;
     in_.cwd = ctx.cwd;
     in_.self_exe = ctx.self_exe;
-    in_.before_start = cluster_before_start(ctx);
+    in_.engine = cluster_engine_hooks(ctx);
     struct Created {
       LaunchContext& ctx;
       SshSessions& s;

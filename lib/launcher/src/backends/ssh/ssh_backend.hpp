@@ -26,7 +26,7 @@ struct SshLaunch {
   std::string self_exe;  // this sgpu binary, for --ship-sgpu
   env::Seconds join_timeout{600};
   env::Seconds heartbeat_timeout{10};
-  std::function<env::Environment(const LaunchPlan&)> before_start;  // ClusterOptions::before_start
+  EngineHooks engine;  // ClusterOptions::engine
 };
 
 // The hosts chosen for the job and the ranks on each (every node runs the

@@ -97,7 +97,7 @@ class StaticBackend : public Backend {
         ctx.inherited, spec.rendezvous.secret_file,
         subject(spec, "rendezvous.secret_file", "--rdzv-secret-file", spec.rendezvous.secret_file));
     launch_.spec = spec;
-    launch_.before_start = cluster_before_start(ctx);
+    launch_.engine = cluster_engine_hooks(ctx);
     if (launch_.node_rank != 0) return {std::nullopt, run_static_node(launch_, secret)};
     // Node 0 shows and keeps the run as a one-node launch does, once the
     // rendezvous has said which node runs which ranks.

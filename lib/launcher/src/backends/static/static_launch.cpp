@@ -30,7 +30,7 @@ JobOutcome run_static_host(boost::asio::io_context& io, const StaticLaunch& laun
   options.join_timeout = launch.join_timeout;
   options.heartbeat_timeout = launch.heartbeat_timeout;
   options.master_addr = launch.master_addr;
-  options.before_start = launch.before_start;
+  options.engine = launch.engine;
   ClusterJob job(io, launch.spec, options, launch.inherited, launch.cwd);
   created(job.run_id(), job.run_dir());
 

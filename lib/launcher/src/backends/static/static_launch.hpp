@@ -29,7 +29,7 @@ struct StaticLaunch {
   env::Seconds heartbeat_timeout{10};
   env::Environment inherited;
   std::string cwd;
-  std::function<env::Environment(const LaunchPlan&)> before_start;  // node 0: ClusterOptions::before_start
+  EngineHooks engine;  // node 0: ClusterOptions::engine
 };
 
 // Node 0. `created` hears the run's id and directory as soon as they exist.

@@ -44,7 +44,7 @@
 
 namespace sgpu::rendezvous {
 
-inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::uint16_t kProtocolVersion = 4;  // 4: Inspect, Inspection
 inline constexpr std::string_view kMagic = "SGPURDZV";
 inline constexpr std::size_t kFrameHeaderSize = 5;
 inline constexpr std::uint32_t kMaxHelloPayload = 1024;
@@ -85,9 +85,11 @@ enum class MessageType : std::uint8_t {
   RankExited = 24,
   NodeTeardown = 25,
   NodeDone = 26,
+  Inspection = 27,
   Signal = 30,
   Finish = 31,
   Restart = 32,
+  Inspect = 33,
 };
 
 struct ClientHello {
@@ -256,9 +258,31 @@ struct Restart {
   bool operator==(const Restart&) const = default;
 };
 
+// --hang-timeout and `sgpu stacks`: the launcher asks every node how long
+// ago its ranks last made progress, or for their stacks; `id` pairs the
+// answers with the question.
+enum class InspectWhat : std::uint8_t { Progress = 0, Stacks = 1 };
+struct Inspect {
+  std::uint32_t id = 0;
+  InspectWhat what = InspectWhat::Progress;
+  bool native = false;  // Stacks: native frames too
+  bool operator==(const Inspect&) const = default;
+};
+
+// A node's answer: the age of its newest progress (an output line, a
+// heartbeat), and for Stacks its ranks' stacks (lib/launcher's JSON, opaque
+// here; cut to fit a frame).
+inline constexpr std::size_t kMaxStacksBytes = kMaxPayload - 4096;
+struct Inspection {
+  std::uint32_t id = 0;
+  std::uint64_t progress_age_ms = 0;
+  std::string stacks;
+  bool operator==(const Inspection&) const = default;
+};
+
 using Message = std::variant<ClientHello, ServerHello, Auth, Reject, Welcome, Join, Assign, Ready, Start, Abort,
                              Heartbeat, PreflightId, RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited,
-                             NodeTeardown, NodeDone, Signal, Finish, Restart>;
+                             NodeTeardown, NodeDone, Signal, Finish, Restart, Inspection, Inspect>;
 
 MessageType type_of(const Message& message);
 const char* type_name(MessageType type);

@@ -31,10 +31,24 @@
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
+#include "sgpu/launcher/stacks/stacks.hpp"
 #include "sgpu/rendezvous/auth.hpp"
 #include "sgpu/rendezvous/endpoint.hpp"
 
 namespace sgpu::launcher {
+
+// What the engine does around a multi-node job (cluster_engine_hooks()).
+struct EngineHooks {
+  // Called once the run directory exists, before the job goes to any node,
+  // with the job's plan so far (run id, directory; no ranks yet): the
+  // variables it returns reach every rank on every node (the launch's MLflow
+  // run). May throw sgpu::Error: nothing has started.
+  std::function<env::Environment(const LaunchPlan&)> before_start;
+  // How to take the job's stacks (`sgpu stacks`), given once the job is
+  // placed; nullptr once it is over (called on the loop, so what the engine
+  // holds open for it closes before the run returns).
+  std::function<void(StacksTaker)> offer_stacks;
+};
 
 struct ClusterOptions {
   int nnodes = 1;
@@ -63,11 +77,7 @@ struct ClusterOptions {
   // It may change the end's kind and `backend_code`, never an exit code.
   using EndRefiner = std::function<void(env::JobEnd& end, std::function<void()> settled)>;
   EndRefiner refine_end;
-  // Called once the run directory exists, before the job goes to any node,
-  // with the job's plan so far (run id, directory; no ranks yet): the
-  // variables it returns reach every rank on every node (the launch's MLflow
-  // run). May throw sgpu::Error: nothing has started.
-  std::function<env::Environment(const LaunchPlan&)> before_start;
+  EngineHooks engine;
 };
 
 // --join-timeout and --heartbeat-timeout from the spec, checked (a limit,

@@ -38,6 +38,7 @@ struct LaunchPlan {
   int master_port = 0;
   std::optional<env::Seconds> timeout;
   env::Seconds grace{30};
+  std::optional<env::Seconds> hang_timeout;  // --hang-timeout; nullopt: off
   int max_restarts = 0;
   env::Seconds restart_backoff{1};
   bool omp_defaulted = false;

@@ -32,6 +32,9 @@ struct JobControlOptions {
   bool handle_signals = true;
   int max_restarts = 0;
   env::Seconds restart_backoff{1};  // before the first restart; doubled each time (env::restart_backoff)
+  // --hang-timeout: no progress from any rank for this long ends the
+  // attempt as Hung (after the stacks); nullopt: never.
+  std::optional<env::Seconds> hang_timeout{};
 };
 
 class JobControl {
@@ -52,6 +55,14 @@ class JobControl {
     virtual void on_signal_before_start(int /*sig*/) {}
     // Attempt `attempt` will start after `backoff` (observers hear of it here).
     virtual void on_restart(int /*attempt*/, const env::JobEnd& /*cause*/, env::Seconds /*backoff*/) {}
+    // --hang-timeout: how long ago the newest progress of any rank (an
+    // output line, a heartbeat) was, answered on the loop; nullopt: not known
+    // now (nothing is decided this time).
+    virtual void progress_age(std::function<void(std::optional<env::Seconds>)> answer) { answer(std::nullopt); }
+    // Before a hang or the timeout tears the job down: every rank's stack is
+    // taken and shown, then `done(verdict)` ("" when there is none), within
+    // a bounded time. Default: nothing to take.
+    virtual void inspect(const env::JobEnd& /*why*/, std::function<void(std::string verdict)> done) { done(""); }
   };
 
   JobControl(boost::asio::io_context& io, JobControlOptions options, Actions& actions);
@@ -95,6 +106,11 @@ class JobControl {
 
  private:
   void arm_signals();
+  void arm_hang_check(std::chrono::steady_clock::duration after);
+  void check_progress();
+  // Ends the job for `cause` once the stacks are taken (a hang, the timeout),
+  // unless something else ended it meanwhile.
+  void stop_after_inspecting(env::JobEnd cause);
   // A cause that arrives while a restartable end is being torn down or
   // waited out: the run ends for good with it.
   void end_for_good(const env::JobEnd& cause, int sig);
@@ -106,6 +122,7 @@ class JobControl {
   boost::asio::steady_timer timeout_timer_;
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer backoff_timer_;
+  boost::asio::steady_timer hang_timer_;
   env::JobEnd end_;
   std::function<void(bool)> pending_;  // attempt_over's continuation, during the backoff
   int attempt_ = 0;
@@ -116,6 +133,7 @@ class JobControl {
   bool in_backoff_ = false;
   bool no_restart_ = false;  // stop_for_good: no attempt follows, whatever the cause
   bool finished_ = false;
+  bool inspecting_ = false;  // the stacks are being taken before a hang's or the timeout's teardown
 };
 
 }  // namespace sgpu::launcher

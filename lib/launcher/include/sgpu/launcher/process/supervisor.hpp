@@ -20,6 +20,12 @@
 
 namespace sgpu::launcher {
 
+// A rank running now: who to point a stack reader at.
+struct RunningRank {
+  int rank = 0;
+  int pid = 0;
+};
+
 struct SupervisorOptions {
   std::optional<env::Seconds> timeout;  // nullopt: no limit
   env::Seconds grace{30};
@@ -31,6 +37,16 @@ struct SupervisorOptions {
   int max_restarts = 0;
   env::Seconds restart_backoff{1};
   std::function<std::vector<RankLaunch>(int attempt)> relaunch{};
+  // --hang-timeout: no output and no heartbeat ($SGPU_HEARTBEAT_FILE
+  // touched) from any rank for this long ends the attempt as hung.
+  std::optional<env::Seconds> hang_timeout{};
+  // Before a hang or the timeout ends the job: takes the running ranks'
+  // stacks, shows them, answers the verdict (lib/launcher's stacks/ does it;
+  // this layer only knows processes). Unset: the job ends at once.
+  std::function<void(const env::JobEnd& why, std::vector<RunningRank> ranks, std::function<void(std::string)> done)>
+      inspect{};
+  // Once, on the loop, when the run is over (before run() returns).
+  std::function<void()> on_end{};
 };
 
 struct RankRecord {
@@ -89,6 +105,11 @@ class Supervisor {
   void forward(int sig);
   // SIGKILL to every rank now.
   void kill();
+  // The ranks of the current attempt still running.
+  std::vector<RunningRank> running_ranks() const;
+  // How long ago any rank last made progress: output, or a touch of its
+  // heartbeat file.
+  env::Seconds progress_age() const;
 
  private:
   struct State;

@@ -18,7 +18,7 @@ namespace sgpu::launcher {
 
 // Unknown: its state.json cannot be believed (not JSON, a field missing or
 // out of range); RunInfo::problem says what.
-enum class RunState { Running, Succeeded, Failed, TimedOut, Cancelled, Lost, Unknown };
+enum class RunState { Running, Succeeded, Failed, TimedOut, Cancelled, Lost, Unknown, Hung };
 
 // "running", "succeeded", "failed", "timed-out", "cancelled", "lost", "unknown".
 std::string_view run_state_name(RunState state);

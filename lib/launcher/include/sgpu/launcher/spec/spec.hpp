@@ -109,6 +109,7 @@ struct JobSpec {
   bool ray_metrics = false;        // --ray-metrics: every node's Ray resources into <run dir>/ray/metrics.jsonl
   std::string timeout = "3h";
   std::string grace = "30s";
+  std::string hang_timeout = "none";   // --hang-timeout: no progress from any rank for this long ends the job
   int max_restarts = 0;                // restarts of the whole group after a rank fails
   std::string restart_backoff = "1s";  // before the first restart, doubled each time, at most 60s
   std::string log_dir;                 // "" means $SGPU_HOME/runs
