@@ -16,6 +16,7 @@ import ddp
 import failure
 import footprint
 import gpu
+import hangs
 import launch
 import multinode
 import output
@@ -40,6 +41,7 @@ SECTIONS = {
     "tracking": tracking.run,
     "ray": ray_start.run,
     "gpu": gpu.run,
+    "hangs": hangs.run,
 }
 
 METHOD = """\
