@@ -250,8 +250,9 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       files[r.place.rank] = r.files;
     }
     // The launcher owns the job's time limit; this node only stops when told.
-    supervisor =
-        std::make_unique<Supervisor>(io, *this, SupervisorOptions{std::nullopt, plan.grace, options.handle_signals});
+    SupervisorOptions supervision{std::nullopt, plan.grace, options.handle_signals};
+    supervision.stop_signal = plan.stop_signal;
+    supervisor = std::make_unique<Supervisor>(io, *this, supervision);
     supervisor->start(launches, [this](const JobOutcome&) { on_ranks_finished(); });
   }
 

@@ -19,6 +19,7 @@
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/job_control.hpp"
+#include "sgpu/launcher/runs/run_state.hpp"
 #include "sgpu/rendezvous/server.hpp"
 
 namespace sgpu::launcher {
@@ -105,11 +106,15 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     if (!g) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
     grace = *g;
     auto restarts = restart_policy(spec);
-    control = std::make_unique<JobControl>(
-        io, JobControlOptions{timeout, grace, true, restarts.max_restarts, restarts.backoff}, *this);
     run_id = make_run_id();
     auto root = runs_root(spec.log_dir, inherited);
     run_dir = create_run_dir(root, run_id, 0);
+    JobControlOptions control_options{timeout, grace, true, restarts.max_restarts, restarts.backoff};
+    control_options.stop_signal = spec.stop_signal;
+    control_options.signal_before = spec.signal_before;
+    control_options.end_by = options.end_by;
+    control_options.cancel_marker = (std::filesystem::path(run_dir) / kRunCancelFile).string();
+    control = std::make_unique<JobControl>(io, control_options, *this);
     rdzv::ServerOptions so;
     so.nnodes = static_cast<std::uint32_t>(options.nnodes);
     so.expected_names = options.node_names;
@@ -371,6 +376,9 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   }
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
     observer->on_restart(attempt, cause, backoff);
+  }
+  void on_signal_before(const env::SignalBefore& signal, Clock::time_point deadline, bool sent) override {
+    observer->on_signal_before(signal, deadline, sent);
   }
   // Before every node joined, a signal ends the rendezvous itself.
   void on_signal_before_start(int sig) override {

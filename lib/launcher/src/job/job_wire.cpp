@@ -49,6 +49,7 @@ std::string encode_job(const JobDescription& job) {
   j["master_port"] = s.master_port ? json(*s.master_port) : json();
   j["timeout"] = s.timeout;
   j["grace"] = s.grace;
+  j["stop_signal"] = s.stop_signal;  // each agent stops its own ranks with it
   j["log_dir"] = s.log_dir;
   j["env"] = s.env;
   j["cwd"] = job.cwd;
@@ -96,6 +97,7 @@ JobDescription decode_job(std::string_view text) {
     take(j, "master_port", s.master_port);
     take(j, "timeout", s.timeout);
     take(j, "grace", s.grace);
+    take(j, "stop_signal", s.stop_signal);
     take(j, "log_dir", s.log_dir);
     take(j, "env", s.env);
     take(j, "cwd", job.cwd);

@@ -89,6 +89,9 @@ std::string headline(const RunReport& report) {
     case Kind::SpawnFailed:
       return fmt::format("sgpu: error: cannot start rank {}{}: {}", end.rank, end.host.empty() ? "" : " on " + end.host,
                          report.root_cause ? report.root_cause->message : std::string("?"));
+    case Kind::Preempted:
+      return fmt::format("sgpu: {}{} (exit code {})", env::describe_end(end), stopped_by_sgpu(report),
+                         report.exit_code);
     case Kind::NodeLost:
     case Kind::StoppedByScheduler:
     case Kind::NotStarted:

@@ -25,6 +25,8 @@ const char* teardown_reason(const env::JobEnd& cause) {
       return "the scheduler stopped it";
     case env::JobEnd::Kind::NotStarted:
       return "it could not start";
+    case env::JobEnd::Kind::Preempted:
+      return "preempted";
     case env::JobEnd::Kind::Completed:
       break;
   }

@@ -87,6 +87,7 @@ KeyAction key_action(std::optional<RunState> newest) {
     case RunState::TimedOut:
     case RunState::Cancelled:
     case RunState::Lost:
+    case RunState::Preempted:
       break;
   }
   return KeyAction::Start;

@@ -36,6 +36,9 @@ struct JobEnd {
   // scancel, preemption), whatever the ranks then did.
   // NotStarted: the job could not start (a host unreachable, the
   // rendezvous failed, an allocation refused); `cause_code` says why.
+  // Preempted: stopped from outside by the system, not by a user: a SIGTERM
+  // to sgpu that no `sgpu cancel` sent, SLURM's preemption or a cancel of
+  // the allocation; `signal` is the signal that stopped it (exit 128+N).
   enum class Kind {
     Completed,
     RankFailed,
@@ -44,12 +47,13 @@ struct JobEnd {
     SpawnFailed,
     NodeLost,
     StoppedByScheduler,
-    NotStarted
+    NotStarted,
+    Preempted
   };
   Kind kind = Kind::Completed;
-  int rank = -1;        // RankFailed, SpawnFailed
-  ExitStatus status;    // RankFailed
-  int signal = 0;       // Interrupted: the signal sgpu received; StoppedByScheduler: the one the scheduler sent
+  int rank = -1;      // RankFailed, SpawnFailed
+  ExitStatus status;  // RankFailed
+  int signal = 0;  // Interrupted, Preempted: the signal sgpu received; StoppedByScheduler: the one the scheduler sent
   int spawn_errno = 0;  // SpawnFailed
   std::string host;     // multi-node: the node where it happened ("" on one node)
   std::string reason;   // NodeLost: what the launcher saw; StoppedByScheduler: what the scheduler did; NotStarted: why

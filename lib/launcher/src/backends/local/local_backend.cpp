@@ -12,6 +12,7 @@
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
+#include "sgpu/launcher/runs/run_state.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
 
 namespace sgpu::launcher::local {
@@ -80,6 +81,9 @@ class LocalBackend : public Backend {
     auto& io = *ctx.io;
     auto& observer = observe(io, plan);
     SupervisorOptions options{plan.timeout, plan.grace};
+    options.stop_signal = plan.stop_signal;
+    options.signal_before = plan.signal_before;
+    options.cancel_marker = (std::filesystem::path(plan.run_dir) / kRunCancelFile).string();
     options.max_restarts = plan.max_restarts;
     options.restart_backoff = plan.restart_backoff;
     if (plan.max_restarts > 0) {

@@ -68,6 +68,9 @@ struct ClusterOptions {
   // variables it returns reach every rank on every node (the launch's MLflow
   // run). May throw sgpu::Error: nothing has started.
   std::function<env::Environment(const LaunchPlan&)> before_start;
+  // The scheduler's end of the allocation (SLURM's EndTime), when known:
+  // --signal-before counts back from it when it comes before the timeout.
+  std::optional<Clock::time_point> end_by{};
 };
 
 // --join-timeout and --heartbeat-timeout from the spec, checked (a limit,

@@ -38,6 +38,8 @@ struct LaunchPlan {
   int master_port = 0;
   std::optional<env::Seconds> timeout;
   env::Seconds grace{30};
+  int stop_signal = 15;  // SIGTERM
+  std::optional<env::SignalBefore> signal_before{};
   int max_restarts = 0;
   env::Seconds restart_backoff{1};
   bool omp_defaulted = false;

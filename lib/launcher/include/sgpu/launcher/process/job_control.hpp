@@ -12,6 +12,13 @@
 // end (env::restartable) with restarts left, after a backoff on the loop.
 // The timeout covers every attempt together; the timeout or a signal during
 // a restartable teardown or the backoff ends the run for good.
+//
+// Stopping well: a stopped rank gets `stop_signal` (SIGTERM by default; a
+// SIGINT or SIGHUP to sgpu is passed as it is), and with `signal_before`
+// every rank gets its signal once, that long before the run's deadline (the
+// timeout's, or the scheduler's `end_by` if sooner). A SIGTERM to sgpu that
+// is not a user's `sgpu cancel` (no `cancel_marker` file) is a preemption.
+#include <chrono>
 #include <functional>
 #include <optional>
 
@@ -21,6 +28,7 @@
 
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/env/stop_signal.hpp"
 
 namespace sgpu::launcher {
 
@@ -32,6 +40,12 @@ struct JobControlOptions {
   bool handle_signals = true;
   int max_restarts = 0;
   env::Seconds restart_backoff{1};  // before the first restart; doubled each time (env::restart_backoff)
+  int stop_signal = 15;             // SIGTERM
+  std::optional<env::SignalBefore> signal_before{};
+  // The scheduler's end of the allocation (SLURM's EndTime), when known.
+  std::optional<std::chrono::system_clock::time_point> end_by{};
+  // A file `sgpu cancel` creates before its SIGTERM; "" for none.
+  std::string cancel_marker{};
 };
 
 class JobControl {
@@ -52,6 +66,10 @@ class JobControl {
     virtual void on_signal_before_start(int /*sig*/) {}
     // Attempt `attempt` will start after `backoff` (observers hear of it here).
     virtual void on_restart(int /*attempt*/, const env::JobEnd& /*cause*/, env::Seconds /*backoff*/) {}
+    // --signal-before's signal went to every rank (forward_signal), or, with
+    // `sent` false, will not: the deadline was already closer at the start.
+    virtual void on_signal_before(const env::SignalBefore& /*signal*/,
+                                  std::chrono::system_clock::time_point /*deadline*/, bool /*sent*/) {}
   };
 
   JobControl(boost::asio::io_context& io, JobControlOptions options, Actions& actions);
@@ -91,6 +109,9 @@ class JobControl {
   bool restart_pending() const { return (stopping_ && !final_) || in_backoff_; }
   bool started() const { return started_; }
   const env::JobEnd& end() const { return end_; }
+  // The run's end once start() ran: the timeout's or the scheduler's, the sooner.
+  std::optional<std::chrono::system_clock::time_point> deadline() const { return deadline_; }
+  int stop_signal() const { return options_.stop_signal; }
   int attempt() const { return attempt_; }
 
  private:
@@ -99,6 +120,11 @@ class JobControl {
   // waited out: the run ends for good with it.
   void end_for_good(const env::JobEnd& cause, int sig);
   bool will_restart(const env::JobEnd& cause) const;
+  void arm_signal_before();
+  // SIGINT, SIGTERM or SIGHUP to sgpu as an end: a SIGTERM from the system is a preemption.
+  env::JobEnd end_of_signal(int sig) const;
+  // What the ranks get for a signal to sgpu: SIGINT and SIGHUP as they are, else the stop signal.
+  int rank_signal_for(int sig) const;
 
   JobControlOptions options_;
   Actions& actions_;
@@ -106,6 +132,8 @@ class JobControl {
   boost::asio::steady_timer timeout_timer_;
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer backoff_timer_;
+  boost::asio::steady_timer signal_before_timer_;
+  std::optional<std::chrono::system_clock::time_point> deadline_;
   env::JobEnd end_;
   std::function<void(bool)> pending_;  // attempt_over's continuation, during the backoff
   int attempt_ = 0;
