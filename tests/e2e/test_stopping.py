@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import TORCH_PYTHON, assert_one_exit_code, newest_summary, python_program
+from conftest import ROOT, TORCH_PYTHON, assert_one_exit_code, newest_summary, python_program
 
 
 @pytest.fixture
@@ -108,6 +108,15 @@ def test_every_rank_knows_the_deadline(sgpu, tmp_path):
     res = sgpu.run("launch", "--nproc", 1, "--timeout", "none", "--no-python", "sh", "-c",
                    'echo "[${SGPU_DEADLINE-unset}]"')
     assert "[unset]" in res.stdout
+
+
+def test_sgpu_deadline_reads_it_in_python(sgpu, tmp_path):
+    env = dict(sgpu.env, PYTHONPATH=str(ROOT / "python"))
+    code = "import sgpu, time; print('left', round(sgpu.deadline() - time.time()))"
+    (tmp_path / "sgpu_left.py").write_text(code + "\n")
+    res = sgpu.run("launch", "--nproc", 1, "--timeout", "90s", "--python", TORCH_PYTHON, "sgpu_left.py", env=env)
+    assert res.returncode == 0, res.stderr
+    assert 85 <= int(res.stdout.split()[-1]) <= 90, res.stdout
 
 
 def test_a_deadline_closer_than_the_warning_sends_nothing_and_says_so(sgpu, out):

@@ -50,6 +50,7 @@ std::string encode_job(const JobDescription& job) {
   j["timeout"] = s.timeout;
   j["grace"] = s.grace;
   j["stop_signal"] = s.stop_signal;  // each agent stops its own ranks with it
+  j["signal_before"] = s.signal_before ? json(env::format_signal_before(*s.signal_before)) : json();
   j["log_dir"] = s.log_dir;
   j["env"] = s.env;
   j["cwd"] = job.cwd;
@@ -98,6 +99,9 @@ JobDescription decode_job(std::string_view text) {
     take(j, "timeout", s.timeout);
     take(j, "grace", s.grace);
     take(j, "stop_signal", s.stop_signal);
+    std::string signal_before;
+    take(j, "signal_before", signal_before);
+    s.signal_before = env::parse_signal_before(signal_before, "the job's signal_before");
     take(j, "log_dir", s.log_dir);
     take(j, "env", s.env);
     take(j, "cwd", job.cwd);

@@ -34,7 +34,7 @@ void JobControl::arm_signals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec || finished_) return;
     if (sig == SIGUSR1 || sig == SIGUSR2) {
-      if (started_ && !in_backoff_) actions_.forward_signal(sig);
+      forward(sig);
     } else if (!started_) {
       actions_.on_signal_before_start(sig);
     } else if (stopping_ && final_) {
@@ -102,8 +102,8 @@ void JobControl::arm_signal_before() {
   }
   signal_before_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait));
   signal_before_timer_.async_wait([this](boost::system::error_code ec) {
-    if (ec || finished_ || stopping_ || in_backoff_) return;
-    actions_.forward_signal(options_.signal_before->signal);
+    if (ec || finished_ || stopping_ || in_backoff_ || signal_before_forwarded_) return;
+    forward(options_.signal_before->signal);
     actions_.on_signal_before(*options_.signal_before, *deadline_, true);
   });
 }
@@ -173,6 +173,13 @@ void JobControl::rank_exited(int rank, const env::ExitStatus& status, const std:
 }
 
 void JobControl::kill() { actions_.kill_job(); }
+
+void JobControl::forward(int sig) {
+  if (!started_ || in_backoff_ || finished_) return;
+  if (options_.signal_before && sig == options_.signal_before->signal && std::exchange(signal_before_forwarded_, true))
+    return;
+  actions_.forward_signal(sig);
+}
 
 void JobControl::all_exited() {
   grace_timer_.cancel();

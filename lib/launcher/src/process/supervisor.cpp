@@ -342,7 +342,7 @@ void Supervisor::stop(const env::JobEnd& cause, int sig) {
   if (!state_->finished) state_->control.stop(cause, sig);
 }
 
-void Supervisor::forward(int sig) { state_->forward_signal(sig); }
+void Supervisor::forward(int sig) { state_->control.forward(sig); }
 
 void Supervisor::kill() { state_->control.kill(); }
 

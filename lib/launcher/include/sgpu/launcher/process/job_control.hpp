@@ -95,6 +95,10 @@ class JobControl {
   void rank_exited(int rank, const env::ExitStatus& status, const std::string& host = {});
   // SIGKILL to everything now (a second signal, or an order from a launcher).
   void kill();
+  // `sig` to every rank as it is (SIGUSR1/SIGUSR2, a launcher's Forward).
+  // --signal-before's signal goes at most once per run, whoever sends it:
+  // SLURM's --signal reaches the agents when sgpu's own timer does.
+  void forward(int sig);
   // Nothing is left running: no grace or timeout is needed any more.
   void all_exited();
   // The attempt's teardown is over (nothing runs). `then(true)`: start the
@@ -144,6 +148,7 @@ class JobControl {
   bool in_backoff_ = false;
   bool no_restart_ = false;  // stop_for_good: no attempt follows, whatever the cause
   bool finished_ = false;
+  bool signal_before_forwarded_ = false;
 };
 
 }  // namespace sgpu::launcher
