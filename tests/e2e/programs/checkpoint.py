@@ -6,7 +6,7 @@ and exits 0. With $WORKERS > 0 the loop reads a torch DataLoader with that
 many worker processes, so a worker killed meanwhile raises in this process
 (PyTorch's "DataLoader worker ... is killed by signal"). Every signal is
 recorded with its time in $OUT_DIR/events-<RANK>; `ready-<RANK>` says the
-loop runs (its workers too)."""
+loop runs (its workers too), and holds $SLURM_JOB_ID when there is one."""
 import os
 import signal
 import sys
@@ -75,7 +75,8 @@ with open(os.path.join(out, f"pid-{rank}"), "w") as f:
 ready = False
 for _ in batches():
     if not ready:
-        open(os.path.join(out, f"ready-{rank}"), "w").close()
+        with open(os.path.join(out, f"ready-{rank}"), "w") as f:
+            f.write(os.environ.get("SLURM_JOB_ID", ""))  # what a scancel names
         ready = True
     if stop:
         checkpoint()

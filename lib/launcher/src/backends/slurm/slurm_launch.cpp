@@ -348,8 +348,12 @@ struct SlurmRun {
   void apply_rule(env::JobEnd& end) const {
     if (!scheduler_stopped) return;
     using Kind = env::JobEnd::Kind;
-    bool effect = end.kind == Kind::RankFailed || end.kind == Kind::Interrupted || end.kind == Kind::SpawnFailed;
-    if (!effect && !(time_limit && end.kind != Kind::Completed)) return;
+    bool effect = end.kind == Kind::RankFailed || end.kind == Kind::Interrupted || end.kind == Kind::SpawnFailed ||
+                  end.kind == Kind::Preempted;
+    // Ranks that saved their checkpoint on SLURM's SIGTERM and exited 0 were
+    // still preempted: the run did not finish, and must say so to be resumed.
+    bool checkpointed = preempted && !time_limit && end.kind == Kind::Completed;
+    if (!effect && !checkpointed && !(time_limit && end.kind != Kind::Completed)) return;
     env::JobEnd stopped;
     // Preempted or cancelled from outside: the ranks were stopped to be
     // resumed (README "Stopping well"); a time limit or a node is SLURM's own end.
