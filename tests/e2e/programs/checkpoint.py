@@ -27,12 +27,12 @@ def record(line):
 
 def on_stop(signum, frame):
     global stop
-    record(f"{signal.Signals(signum).name} {time.time():.3f}")
+    record(f"{signal.Signals(signum).name} {time.time():.6f}")
     stop = True
 
 
 def on_other(signum, frame):
-    record(f"{signal.Signals(signum).name} {time.time():.3f}")
+    record(f"{signal.Signals(signum).name} {time.time():.6f}")
     if os.environ.get("EXIT_ON") == signal.Signals(signum).name:
         sys.exit(0)
 
@@ -67,7 +67,7 @@ def checkpoint():
             f.write("x" * 1024)
             time.sleep(0.05)
     os.rename(tmp, os.path.join(out, f"ckpt-{rank}"))
-    record(f"checkpointed {time.time():.3f}")
+    record(f"checkpointed {time.time():.6f}")
 
 
 with open(os.path.join(out, f"pid-{rank}"), "w") as f:

@@ -304,12 +304,12 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   void on_lost(const std::string& why, int exit_code) override {
     AgentResult result{exit_code, why, false};
     if (supervisor && !ranks_finished) {
-      // No launcher, no job: stop the ranks (SIGTERM, SIGKILL after the grace) and end when they have.
+      // No launcher, no job: stop the ranks (the stop signal, SIGKILL after the grace) and end when they have.
       lost = result;
       env::JobEnd cause;
       cause.kind = env::JobEnd::Kind::NodeLost;
       cause.reason = why;
-      supervisor->stop(cause, SIGTERM);
+      supervisor->stop(cause, plan.stop_signal);
       return;
     }
     finish(result);

@@ -311,12 +311,13 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     if (control->stopping()) return;
     auto cause = m.cause;
     cause.host = node_name(node);
-    if (cause.kind == Kind::Interrupted) {
-      control->stop(cause, SIGTERM);  // the node got a signal (scancel, ssh hangup): the whole job stops
+    if (cause.kind == Kind::Interrupted || cause.kind == Kind::Preempted) {
+      // The node got a signal (scancel, ssh hangup): the whole job stops.
+      control->stop(cause, control->stop_signal());
     } else if (cause.kind == Kind::SpawnFailed) {
       cause.reason = m.detail;
       outcome.spawn_error = m.detail;
-      control->stop(cause, SIGTERM);
+      control->stop(cause, control->stop_signal());
     }
     // RankFailed arrives as its RankExited; NodeLost is the node's own view.
   }
@@ -345,7 +346,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       if (!gone) gone = end;
       if (control->restart_pending()) {
         options.notice(fmt::format("node {} was lost after its ranks ended: {}; no restart", end.host, why));
-        control->stop_for_good(end, SIGTERM);
+        control->stop_for_good(end, control->stop_signal());
       }
       return;
     }
@@ -361,7 +362,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     }
     // A lost node cannot start again: the run ends, naming it (also when
     // an attempt that would have restarted is being torn down).
-    if (!control->stop_for_good(end, SIGTERM))
+    if (!control->stop_for_good(end, control->stop_signal()))
       options.notice(fmt::format("node {} was lost while stopping: {}", n.name, why));
     maybe_finish();
   }
@@ -395,7 +396,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     if (!started || finished || between_attempts) return;
     for (auto s : node_state)
       if (s == NodeState::Running) return;
-    if (gone && control->stopping()) control->stop_for_good(*gone, SIGTERM);
+    if (gone && control->stopping()) control->stop_for_good(*gone, control->stop_signal());
     between_attempts = true;
     if (!options.refine_end) return record_attempt();
     // The backend's word on the end comes first: the attempt is recorded,

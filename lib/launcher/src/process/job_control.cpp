@@ -58,7 +58,7 @@ env::JobEnd JobControl::end_of_signal(int sig) const {
   bool user_cancelled = !options_.cancel_marker.empty() && ::stat(options_.cancel_marker.c_str(), &st) == 0;
   if (sig == SIGTERM && !user_cancelled) {
     end.kind = env::JobEnd::Kind::Preempted;
-    end.reason = "sgpu received SIGTERM (preempted)";
+    end.reason = "preempted: sgpu received SIGTERM";
   }
   return end;
 }
