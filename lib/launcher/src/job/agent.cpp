@@ -252,7 +252,8 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     // The launcher owns the job's time limit; this node only stops when told.
     SupervisorOptions supervision{std::nullopt, plan.grace, options.handle_signals};
     supervision.stop_signal = plan.stop_signal;
-    supervision.signal_before = plan.signal_before;  // forwarded once, from SLURM or the launcher
+    supervision.signal_before = plan.signal_before;
+    supervision.signal_before_once = true;  // from SLURM's --signal or the launcher, the ranks get it once
     supervisor = std::make_unique<Supervisor>(io, *this, supervision);
     supervisor->start(launches, [this](const JobOutcome&) { on_ranks_finished(); });
   }

@@ -102,7 +102,7 @@ void JobControl::arm_signal_before() {
   }
   signal_before_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait));
   signal_before_timer_.async_wait([this](boost::system::error_code ec) {
-    if (ec || finished_ || stopping_ || in_backoff_ || signal_before_forwarded_) return;
+    if (ec || finished_ || stopping_ || in_backoff_) return;
     forward(options_.signal_before->signal);
     actions_.on_signal_before(*options_.signal_before, *deadline_, true);
   });
@@ -176,7 +176,8 @@ void JobControl::kill() { actions_.kill_job(); }
 
 void JobControl::forward(int sig) {
   if (!started_ || in_backoff_ || finished_) return;
-  if (options_.signal_before && sig == options_.signal_before->signal && std::exchange(signal_before_forwarded_, true))
+  if (options_.signal_before_once && options_.signal_before && sig == options_.signal_before->signal &&
+      std::exchange(signal_before_forwarded_, true))
     return;
   actions_.forward_signal(sig);
 }

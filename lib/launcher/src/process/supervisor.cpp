@@ -91,6 +91,7 @@ struct Supervisor::State : JobControl::Actions {
     o.signal_before = opts.signal_before;
     o.end_by = opts.end_by;
     o.cancel_marker = opts.cancel_marker;
+    o.signal_before_once = opts.signal_before_once;
     return o;
   }
 

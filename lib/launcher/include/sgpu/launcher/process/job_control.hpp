@@ -46,6 +46,9 @@ struct JobControlOptions {
   std::optional<std::chrono::system_clock::time_point> end_by{};
   // A file `sgpu cancel` creates before its SIGTERM; "" for none.
   std::string cancel_marker{};
+  // A SLURM agent: SLURM's --signal and the launcher's Forward both bring
+  // signal_before's signal; the ranks get it once.
+  bool signal_before_once = false;
 };
 
 class JobControl {
@@ -96,8 +99,9 @@ class JobControl {
   // SIGKILL to everything now (a second signal, or an order from a launcher).
   void kill();
   // `sig` to every rank as it is (SIGUSR1/SIGUSR2, a launcher's Forward).
-  // --signal-before's signal goes at most once per run, whoever sends it:
-  // SLURM's --signal reaches the agents when sgpu's own timer does.
+  // With signal_before_once, signal_before's signal goes at most once per
+  // run, whoever sends it: SLURM's --signal reaches the agents when the
+  // launcher's timer does.
   void forward(int sig);
   // Nothing is left running: no grace or timeout is needed any more.
   void all_exited();

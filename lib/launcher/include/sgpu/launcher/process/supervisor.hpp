@@ -38,6 +38,7 @@ struct SupervisorOptions {
   std::optional<env::SignalBefore> signal_before{};
   std::optional<Clock::time_point> end_by{};  // a scheduler's end of the allocation
   std::string cancel_marker{};                // see JobControlOptions
+  bool signal_before_once = false;            // see JobControlOptions
 };
 
 struct RankRecord {
