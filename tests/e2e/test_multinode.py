@@ -172,6 +172,21 @@ def test_a_sigterm_to_the_launcher_lets_every_rank_of_two_static_nodes_checkpoin
     assert spread < 1.0
 
 
+def test_every_rank_of_every_node_knows_the_launcher_s_deadline(sgpu, rdzv, out):
+    endpoint, secret = rdzv
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    script = 'echo "$SGPU_DEADLINE" > "$OUT_DIR/deadline-$RANK"'
+    t0 = time.time()
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, "--nproc", 2, "--timeout", "1h", "--no-python", "sh", "-c", script,
+                     env=env)
+    n1 = static_node(sgpu, 2, 1, endpoint, secret, "--nproc", 2, "--timeout", "5m", "--no-python", "sh", "-c", script,
+                     env=env)
+    assert n0.wait(timeout=60) == 0 and n1.wait(timeout=60) == 0
+    values = {int((out / f"deadline-{r}").read_text()) for r in range(4)}
+    assert len(values) <= 2 and max(values) - min(values) <= 1, values  # whole seconds, one time
+    assert abs(min(values) - (t0 + 3600)) < 10  # node 0's --timeout is the run's
+
+
 def test_a_signal_to_an_agent_stops_the_whole_job_and_names_its_node(sgpu, rdzv, out):
     endpoint, secret = rdzv
     env = dict(sgpu.env, OUT_DIR=str(out))

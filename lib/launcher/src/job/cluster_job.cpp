@@ -126,7 +126,10 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       added = options.before_start(ClusterJob::job_plan(spec, run_id, run_dir, cwd, {}, options.master_addr, 0));
       for (const auto& [name, value] : added) spec.env[name] = value;
     }
-    so.job = encode_job({spec, cwd, added});
+    std::optional<long long> end_by;
+    if (options.end_by)
+      end_by = std::chrono::duration_cast<std::chrono::seconds>(options.end_by->time_since_epoch()).count();
+    so.job = encode_job({spec, cwd, added, end_by});
     so.master_addr = options.master_addr;
     server = std::make_unique<rdzv::RendezvousServer>(io, options.listen, secret, so, *this);
   }

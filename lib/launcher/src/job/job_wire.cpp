@@ -55,6 +55,7 @@ std::string encode_job(const JobDescription& job) {
   j["env"] = s.env;
   j["cwd"] = job.cwd;
   j["added_env"] = job.added_env;
+  j["end_by"] = job.end_by ? json(*job.end_by) : json();
   j["ray"] = s.ray;  // --ray: every agent runs the Ray node helper instead of ranks
   j["ray_dashboard"] = s.ray_dashboard;
   j["ray_metrics"] = s.ray_metrics;
@@ -106,6 +107,7 @@ JobDescription decode_job(std::string_view text) {
     take(j, "env", s.env);
     take(j, "cwd", job.cwd);
     take(j, "added_env", job.added_env);
+    take(j, "end_by", job.end_by);
     take(j, "ray", s.ray);
     take(j, "ray_dashboard", s.ray_dashboard);
     take(j, "ray_metrics", s.ray_metrics);
