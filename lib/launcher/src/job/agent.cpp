@@ -127,8 +127,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   // Once, as the first attempt's ranks start: the launcher's timeout starts then too.
   std::optional<Clock::time_point> run_deadline() {
     if (std::exchange(deadline_known, true)) return deadline;
-    if (run_timeout)
-      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(*run_timeout);
+    if (run_timeout) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(*run_timeout);
     if (run_end_by && (!deadline || *run_end_by < *deadline)) deadline = run_end_by;
     return deadline;
   }
@@ -277,6 +276,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     supervision.signal_before = plan.signal_before;
     supervision.signal_before_once = true;  // from SLURM's --signal or the launcher, the ranks get it once
     supervision.end_by = run_deadline();    // SGPU_DEADLINE; the launcher alone stops the job at it
+    supervision.repeat_signal_kills = options.repeat_signal_kills;
     supervisor = std::make_unique<Supervisor>(io, *this, supervision);
     supervisor->start(launches, [this](const JobOutcome&) { on_ranks_finished(); });
   }

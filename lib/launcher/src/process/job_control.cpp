@@ -38,7 +38,7 @@ void JobControl::arm_signals() {
     } else if (!started_) {
       actions_.on_signal_before_start(sig);
     } else if (stopping_ && final_) {
-      kill();  // a second Ctrl-C (or TERM) does not wait for the grace
+      if (options_.repeat_signal_kills) kill();  // a second Ctrl-C (or TERM) does not wait for the grace
     } else {
       auto end = end_of_signal(sig);
       if (stopping_ || in_backoff_)

@@ -92,6 +92,7 @@ struct Supervisor::State : JobControl::Actions {
     o.end_by = opts.end_by;
     o.cancel_marker = opts.cancel_marker;
     o.signal_before_once = opts.signal_before_once;
+    o.repeat_signal_kills = opts.repeat_signal_kills;
     return o;
   }
 

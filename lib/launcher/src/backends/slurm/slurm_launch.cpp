@@ -526,6 +526,9 @@ void configure_agent(AgentOptions& o, const env::Environment& inherited) {
   auto id = env::slurm_step_identity(inherited);
   o.node_rank = id.node_rank;
   if (o.node_name.empty()) o.node_name = id.node_name;
+  // SLURM signals a step's tasks more than once (its step daemon, then srun
+  // passing on its own): the second is no user's second Ctrl-C.
+  o.repeat_signal_kills = false;
   // The address srun reached this node from is one this node reaches the launcher's host by.
   if (!id.launcher_addr.empty()) o.launcher.host = id.launcher_addr;
   if (auto devices = env::slurm_visible_devices(inherited)) o.environment["CUDA_VISIBLE_DEVICES"] = *devices;

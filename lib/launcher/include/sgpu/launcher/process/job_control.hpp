@@ -49,6 +49,11 @@ struct JobControlOptions {
   // A SLURM agent: SLURM's --signal and the launcher's Forward both bring
   // signal_before's signal; the ranks get it once.
   bool signal_before_once = false;
+  // A second SIGINT/SIGTERM/SIGHUP kills at once (a user's second Ctrl-C).
+  // Off for an agent: SLURM signals a step's tasks more than once (its step
+  // daemon, then srun passing on its own), which cut the grace a rank's
+  // checkpoint needed; its launcher's Kill and SLURM's KillWait still follow.
+  bool repeat_signal_kills = true;
 };
 
 class JobControl {

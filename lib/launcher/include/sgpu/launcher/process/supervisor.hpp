@@ -39,6 +39,7 @@ struct SupervisorOptions {
   std::optional<Clock::time_point> end_by{};  // a scheduler's end of the allocation
   std::string cancel_marker{};                // see JobControlOptions
   bool signal_before_once = false;            // see JobControlOptions
+  bool repeat_signal_kills = true;            // see JobControlOptions
 };
 
 struct RankRecord {
