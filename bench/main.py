@@ -25,6 +25,7 @@ import ray_start
 import rendezvous
 import report
 import runs
+import stop
 import tracking
 from peers import ENV_NOTE, Context, base_env
 
@@ -38,6 +39,7 @@ SECTIONS = {
     "multinode": multinode.run,
     "python": python_api.run,
     "runs": runs.run,
+    "stop": stop.run,
     "tracking": tracking.run,
     "ray": ray_start.run,
     "gpu": gpu.run,

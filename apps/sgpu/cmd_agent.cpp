@@ -68,6 +68,14 @@ Command add_agent_command(CLI::App& app) {
     o.cwd = std::filesystem::current_path().string();
     auto secret = rendezvous::find_secret(inherited, flags->secret_file, "--rdzv-secret-file");
     std::signal(SIGPIPE, SIG_IGN);
+    // SLURM's --signal (--signal-before) may come up to a minute early, before
+    // the ranks start and the agent's JobControl takes SIGUSR1/SIGUSR2: their
+    // default action must not end the agent. A handler, not SIG_IGN, so that
+    // the ranks get the default back.
+    struct sigaction quiet {};
+    quiet.sa_handler = [](int) {};
+    ::sigaction(SIGUSR1, &quiet, nullptr);
+    ::sigaction(SIGUSR2, &quiet, nullptr);
     return launcher::report_agent_result(launcher::run_agent(std::move(o), std::move(secret)));
   };
 }

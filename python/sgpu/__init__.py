@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ._distributed import DistributedFunction, distributed
     from ._errors import JobFailed, JobTimeout, RemoteError, RemoteTraceback, SgpuError, UsageError
     from ._launch import Summary, command_line, launch
-    from ._rank import heartbeat, local_rank, rank, save_result, world_size
+    from ._rank import deadline, heartbeat, local_rank, rank, save_result, world_size
 
 # Imported on first use: each rank of fn.distributed() imports this package
 # (for sgpu._runner), and most of it is the caller's side.
@@ -38,7 +38,8 @@ _WHERE = {
     "JobFailed": "_errors", "JobTimeout": "_errors", "RemoteError": "_errors", "RemoteTraceback": "_errors",
     "SgpuError": "_errors", "UsageError": "_errors",
     "Summary": "_launch", "command_line": "_launch", "launch": "_launch",
-    "heartbeat": "_rank", "local_rank": "_rank", "rank": "_rank", "save_result": "_rank", "world_size": "_rank",
+    "deadline": "_rank", "heartbeat": "_rank", "local_rank": "_rank", "rank": "_rank", "save_result": "_rank",
+    "world_size": "_rank",
 }
 
 
@@ -67,6 +68,7 @@ __all__ = [
     "Summary",
     "UsageError",
     "command_line",
+    "deadline",
     "distributed",
     "heartbeat",
     "launch",

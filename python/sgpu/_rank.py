@@ -21,6 +21,18 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def deadline() -> Optional[float]:
+    """When the run ends, as UNIX time (``$SGPU_DEADLINE``: ``--timeout``'s
+    end, or a SLURM allocation's if sooner); None when it has none or
+    outside a launched job. ``sgpu.deadline() - time.time()`` is what is
+    left to save a checkpoint in."""
+    value = os.environ.get("SGPU_DEADLINE", "")
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
 def save_result(obj: Any) -> Optional[str]:
     """Writes ``obj`` as JSON to ``$SGPU_RESULT_FILE``, where sgpu collects it
     into the summary's ``results`` (``sgpu launch -o json``, :func:`sgpu.launch`).

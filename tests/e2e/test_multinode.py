@@ -146,6 +146,47 @@ def test_signals_to_the_launcher_reach_every_node(sgpu, rdzv, out, sig, code):
         assert (out / f"sig-{r}.txt").read_text().split() == [signal.Signals(sig).name]
 
 
+def test_a_sigterm_to_the_launcher_lets_every_rank_of_two_static_nodes_checkpoint(sgpu, rdzv, out):
+    endpoint, secret = rdzv
+    env = dict(sgpu.env, OUT_DIR=str(out), CKPT_SECONDS="1")
+    args = ["--nproc", 2, "--grace", "20s", "--python", TORCH_PYTHON, python_program("checkpoint.py")]
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, *args, env=env)
+    n1 = static_node(sgpu, 2, 1, endpoint, secret, *args, env=env)
+    wait_for(lambda: len(list(out.glob("ready-*"))) == 4, what="4 ready ranks")
+    sent = time.time()
+    n0.send_signal(signal.SIGTERM)
+    _, e0 = n0.communicate(timeout=60)
+    _, e1 = n1.communicate(timeout=60)
+    assert n0.returncode == 143 and n1.returncode == 143, e0 + e1
+    summary = newest_summary(sgpu.env)
+    assert summary["status"] == "preempted", summary["root_cause"]
+    arrived = []
+    for r in range(4):
+        got = (out / f"events-{r}").read_text().split()
+        assert got[0] == "SIGTERM" and got[2] == "checkpointed", got
+        arrived.append(float(got[1]) - sent)
+        assert summary["ranks"][r]["signal"] is None, summary["ranks"][r]  # no SIGKILL
+    spread = max(arrived) - min(arrived)
+    print(f"SIGTERM to the launcher -> ranks on 2 nodes: first {min(arrived) * 1000:.1f} ms, "
+          f"last {max(arrived) * 1000:.1f} ms, spread {spread * 1000:.1f} ms")
+    assert spread < 1.0
+
+
+def test_every_rank_of_every_node_knows_the_launcher_s_deadline(sgpu, rdzv, out):
+    endpoint, secret = rdzv
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    script = 'echo "$SGPU_DEADLINE" > "$OUT_DIR/deadline-$RANK"'
+    t0 = time.time()
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, "--nproc", 2, "--timeout", "1h", "--no-python", "sh", "-c", script,
+                     env=env)
+    n1 = static_node(sgpu, 2, 1, endpoint, secret, "--nproc", 2, "--timeout", "5m", "--no-python", "sh", "-c", script,
+                     env=env)
+    assert n0.wait(timeout=60) == 0 and n1.wait(timeout=60) == 0
+    values = {int((out / f"deadline-{r}").read_text()) for r in range(4)}
+    assert len(values) <= 2 and max(values) - min(values) <= 1, values  # whole seconds, one time
+    assert abs(min(values) - (t0 + 3600)) < 10  # node 0's --timeout is the run's
+
+
 def test_a_signal_to_an_agent_stops_the_whole_job_and_names_its_node(sgpu, rdzv, out):
     endpoint, secret = rdzv
     env = dict(sgpu.env, OUT_DIR=str(out))
@@ -158,7 +199,8 @@ def test_a_signal_to_an_agent_stops_the_whole_job_and_names_its_node(sgpu, rdzv,
     a1.communicate(timeout=30)
     assert n0.returncode == 143, e0
     assert_one_exit_code(143, home=sgpu.env)
-    assert "interrupted by SIGTERM on nodeb" in e0
+    # A SIGTERM no `sgpu cancel` sent is the system's: a preemption (README "Stopping well").
+    assert "preempted: sgpu received SIGTERM on nodeb" in e0
     assert all_dead(pids)
 
 

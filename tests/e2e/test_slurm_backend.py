@@ -310,8 +310,60 @@ def test_scancel_tears_down_everywhere_and_says_so(slurm_cluster, cluster_env, s
     assert re.search(r"SLURM job \d+ was cancelled \(scancel\).*\(exit code 143\)", err), err
     assert proc.returncode == 143, err
     assert_one_exit_code(143, home=env)
-    assert newest_summary(env)["status"] == "stopped_by_scheduler"
+    assert newest_summary(env)["status"] == "preempted"
     assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
+
+
+def wait_for_files(out, pattern, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list(out.glob(pattern))) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"only {len(list(out.glob(pattern)))} of {n} {pattern}")
+
+
+def test_scancel_lets_every_rank_on_both_nodes_checkpoint_and_ends_preempted(slurm_cluster, cluster_env, sgpu,
+                                                                           tmp_path):
+    marker = f"{os.getpid()}-{time.monotonic_ns()}"
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(cluster_env, SGPU_TEST_MARK=marker, OUT_DIR=str(out), CKPT_SECONDS="1")
+    proc = slurm_cluster.popen("salloc", "-N2", *sgpu_cmd(sgpu, "launch", "--nproc", 2, "--grace", "20s", "--python",
+                                                          "/usr/bin/python3", python_program("checkpoint.py")),
+                               env=env)
+    wait_for_files(out, "ready-*", 4)
+    res = slurm_cluster.run("scancel", (out / "ready-0").read_text())
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 143, err + res.stderr
+    assert newest_summary(env)["status"] == "preempted", err
+    for r in range(4):
+        assert (out / f"ckpt-{r}").exists(), f"rank {r}: {err}"
+        assert (out / f"events-{r}").read_text().split()[0] == "SIGTERM"
+    assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
+
+
+def test_signal_before_counts_back_from_the_allocation_s_end_on_both_nodes(slurm_cluster, cluster_env, sgpu,
+                                                                         tmp_path):
+    # SLURM's shortest limit is a minute; the signal comes 45 s before its end.
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(cluster_env, OUT_DIR=str(out), EXIT_ON="SIGUSR2")
+    t0 = time.time()
+    res = slurm_cluster.run("salloc", "-N2", "-t", "1", *sgpu_cmd(sgpu, "launch", "-o", "json", "--nproc", 2,
+                                                                  "--signal-before", "USR2@45s", "--python",
+                                                                  "/usr/bin/python3", python_program("checkpoint.py")),
+                            env=env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    sent = json.loads(res.stdout)["signal_before"]
+    assert sent and sent["sent_at"], sent
+    deadline = newest_summary(env)["signal_before"]["deadline"]
+    end = time.mktime(time.strptime(deadline[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+    assert t0 + 50 < end < t0 + 70, (deadline, t0)  # SLURM's end of the allocation, not --timeout's 3h
+    for r in range(4):
+        got = (out / f"events-{r}").read_text().split()
+        assert got[0] == "SIGUSR2" and len(got) == 2, got  # once
+        assert abs(float(got[1]) - (end - 45)) < 2, (got, end)
 
 
 def test_a_node_failing_mid_run_is_named_and_stops_the_rest(slurm_cluster, cluster_env, sgpu, tmp_path):

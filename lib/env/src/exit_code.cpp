@@ -46,6 +46,8 @@ int job_exit_code(const JobEnd& end) {
       return kExitTimeout;
     case JobEnd::Kind::Interrupted:
       return 128 + end.signal;
+    case JobEnd::Kind::Preempted:
+      return 128 + (end.signal > 0 ? end.signal : SIGTERM);
     case JobEnd::Kind::SpawnFailed:
       return end.spawn_errno == ENOENT ? kExitNotFound : kExitNotExecutable;
     case JobEnd::Kind::NodeLost:
@@ -69,6 +71,7 @@ EndClass end_class(JobEnd::Kind kind) {
       return EndClass::Hung;
     case JobEnd::Kind::Interrupted:
     case JobEnd::Kind::StoppedByScheduler:
+    case JobEnd::Kind::Preempted:
       return EndClass::StoppedFromOutside;
     case JobEnd::Kind::RankFailed:
     case JobEnd::Kind::SpawnFailed:
@@ -99,6 +102,8 @@ const char* job_end_name(JobEnd::Kind kind) {
       return "not_started";
     case JobEnd::Kind::Hung:
       return "hung";
+    case JobEnd::Kind::Preempted:
+      return "preempted";
   }
   return "unknown";
 }
@@ -125,6 +130,8 @@ std::string describe_end(const JobEnd& end) {
       return end.reason.empty() ? std::string("the job could not start") : end.reason;
     case JobEnd::Kind::Hung:
       return end.reason.empty() ? std::string("the job hung: no rank made progress") : end.reason;
+    case JobEnd::Kind::Preempted:
+      return end.reason.empty() ? fmt::format("preempted ({}{})", signal_name(end.signal), on()) : end.reason + on();
   }
   return "the job ended";
 }

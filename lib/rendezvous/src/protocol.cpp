@@ -317,7 +317,7 @@ Message get(MessageType type, WireReader& r) {
     case MessageType::NodeTeardown: {
       NodeTeardown m;
       auto kind = r.u8();
-      if (kind > static_cast<std::uint8_t>(env::JobEnd::Kind::Hung))
+      if (kind > static_cast<std::uint8_t>(env::JobEnd::Kind::Preempted))
         throw ProtocolError(fmt::format("invalid teardown cause {}", kind));
       m.cause.kind = static_cast<env::JobEnd::Kind>(kind);
       m.cause.rank = r.i32();

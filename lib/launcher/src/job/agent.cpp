@@ -55,6 +55,12 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   std::function<void(const AgentResult&)> on_done;
   JobSpec spec;
   std::string cwd;
+  // The run's deadline as the launcher has it (its --timeout from the first
+  // start, the scheduler's end if sooner): SGPU_DEADLINE, every attempt.
+  std::optional<env::Seconds> run_timeout;
+  std::optional<Clock::time_point> run_end_by;
+  std::optional<Clock::time_point> deadline;
+  bool deadline_known = false;
   std::string run_id;
   std::string executable;
   Discovery discovery;
@@ -114,6 +120,19 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     return in;
   }
 
+  void learn_deadline(const JobDescription& job) {
+    run_timeout = env::parse_duration(job.spec.timeout, "the launcher's --timeout");
+    if (job.end_by) run_end_by = Clock::time_point(std::chrono::seconds(*job.end_by));
+  }
+
+  // Once, as the first attempt's ranks start: the launcher's timeout starts then too.
+  std::optional<Clock::time_point> run_deadline() {
+    if (std::exchange(deadline_known, true)) return deadline;
+    if (run_timeout) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(*run_timeout);
+    if (run_end_by && (!deadline || *run_end_by < *deadline)) deadline = run_end_by;
+    return deadline;
+  }
+
   rdzv::Join on_welcome(const rdzv::Welcome& welcome) override {
     try {
       run_id = welcome.run_id;
@@ -121,10 +140,12 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
         spec = *options.spec;
         cwd = options.cwd;
         auto job = decode_job(welcome.job);
+        learn_deadline(job);
         for (const auto& [name, value] : job.added_env) spec.env[name] = value;
         spec.preflight = job.spec.preflight;  // the launcher decides whether, and how, the GPUs are checked
       } else {
         auto job = decode_job(welcome.job);
+        learn_deadline(job);
         spec = std::move(job.spec);
         cwd = job.cwd;
         std::error_code ec;
@@ -251,10 +272,15 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       files[r.place.rank] = r.files;
     }
     // The launcher owns the job's time limit; this node only stops when told.
-    SupervisorOptions so;
-    so.grace = plan.grace;
-    so.handle_signals = options.handle_signals;
-    supervisor = std::make_unique<Supervisor>(io, *this, so);
+    SupervisorOptions supervision;
+    supervision.grace = plan.grace;
+    supervision.handle_signals = options.handle_signals;
+    supervision.stop_signal = plan.stop_signal;
+    supervision.signal_before = plan.signal_before;
+    supervision.signal_before_once = true;  // from SLURM's --signal or the launcher, the ranks get it once
+    supervision.end_by = run_deadline();    // SGPU_DEADLINE; the launcher alone stops the job at it
+    supervision.repeat_signal_kills = options.repeat_signal_kills;
+    supervisor = std::make_unique<Supervisor>(io, *this, supervision);
     supervisor->start(launches, [this](const JobOutcome&) { on_ranks_finished(); });
   }
 
@@ -332,12 +358,12 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   void on_lost(const std::string& why, int exit_code) override {
     AgentResult result{exit_code, why, false};
     if (supervisor && !ranks_finished) {
-      // No launcher, no job: stop the ranks (SIGTERM, SIGKILL after the grace) and end when they have.
+      // No launcher, no job: stop the ranks (the stop signal, SIGKILL after the grace) and end when they have.
       lost = result;
       env::JobEnd cause;
       cause.kind = env::JobEnd::Kind::NodeLost;
       cause.reason = why;
-      supervisor->stop(cause, SIGTERM);
+      supervisor->stop(cause, plan.stop_signal);
       return;
     }
     finish(result);

@@ -21,6 +21,7 @@
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/job_control.hpp"
+#include "sgpu/launcher/runs/run_state.hpp"
 #include "sgpu/rendezvous/server.hpp"
 
 namespace sgpu::launcher {
@@ -113,12 +114,16 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     if (!g) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
     grace = *g;
     auto restarts = restart_policy(spec);
-    auto hang = env::parse_duration(spec.hang_timeout, "--hang-timeout");
-    control = std::make_unique<JobControl>(
-        io, JobControlOptions{timeout, grace, true, restarts.max_restarts, restarts.backoff, hang}, *this);
     run_id = make_run_id();
     auto root = runs_root(spec.log_dir, inherited);
     run_dir = create_run_dir(root, run_id, 0);
+    JobControlOptions control_options{timeout, grace, true, restarts.max_restarts, restarts.backoff};
+    control_options.stop_signal = spec.stop_signal;
+    control_options.signal_before = spec.signal_before;
+    control_options.end_by = options.end_by;
+    control_options.hang_timeout = env::parse_duration(spec.hang_timeout, "--hang-timeout");
+    control_options.cancel_marker = (std::filesystem::path(run_dir) / kRunCancelFile).string();
+    control = std::make_unique<JobControl>(io, control_options, *this);
     rdzv::ServerOptions so;
     so.nnodes = static_cast<std::uint32_t>(options.nnodes);
     so.expected_names = options.node_names;
@@ -130,7 +135,10 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       added = options.engine.before_start(ClusterJob::job_plan(spec, run_id, run_dir, cwd, {}, options.master_addr, 0));
       for (const auto& [name, value] : added) spec.env[name] = value;
     }
-    so.job = encode_job({spec, cwd, added});
+    std::optional<long long> end_by;
+    if (options.end_by)
+      end_by = std::chrono::duration_cast<std::chrono::seconds>(options.end_by->time_since_epoch()).count();
+    so.job = encode_job({spec, cwd, added, end_by});
     so.master_addr = options.master_addr;
     server = std::make_unique<rdzv::RendezvousServer>(io, options.listen, secret, so, *this);
   }
@@ -315,12 +323,13 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     if (control->stopping()) return;
     auto cause = m.cause;
     cause.host = node_name(node);
-    if (cause.kind == Kind::Interrupted) {
-      control->stop(cause, SIGTERM);  // the node got a signal (scancel, ssh hangup): the whole job stops
+    if (cause.kind == Kind::Interrupted || cause.kind == Kind::Preempted) {
+      // The node got a signal (scancel, ssh hangup): the whole job stops.
+      control->stop(cause, control->stop_signal());
     } else if (cause.kind == Kind::SpawnFailed) {
       cause.reason = m.detail;
       outcome.spawn_error = m.detail;
-      control->stop(cause, SIGTERM);
+      control->stop(cause, control->stop_signal());
     }
     // RankFailed arrives as its RankExited; NodeLost is the node's own view.
   }
@@ -384,7 +393,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       if (!gone) gone = end;
       if (control->restart_pending()) {
         options.notice(fmt::format("node {} was lost after its ranks ended: {}; no restart", end.host, why));
-        control->stop_for_good(end, SIGTERM);
+        control->stop_for_good(end, control->stop_signal());
       }
       return;
     }
@@ -401,7 +410,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     }
     // A lost node cannot start again: the run ends, naming it (also when
     // an attempt that would have restarted is being torn down).
-    if (!control->stop_for_good(end, SIGTERM))
+    if (!control->stop_for_good(end, control->stop_signal()))
       options.notice(fmt::format("node {} was lost while stopping: {}", n.name, why));
     maybe_finish();
   }
@@ -416,6 +425,9 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   }
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
     observer->on_restart(attempt, cause, backoff);
+  }
+  void on_signal_before(const env::SignalBefore& signal, Clock::time_point deadline, bool sent) override {
+    observer->on_signal_before(signal, deadline, sent);
   }
   // Before every node joined, a signal ends the rendezvous itself.
   void on_signal_before_start(int sig) override {
@@ -432,7 +444,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     if (!started || finished || between_attempts) return;
     for (auto s : node_state)
       if (s == NodeState::Running) return;
-    if (gone && control->stopping()) control->stop_for_good(*gone, SIGTERM);
+    if (gone && control->stopping()) control->stop_for_good(*gone, control->stop_signal());
     between_attempts = true;
     if (!options.refine_end) return record_attempt();
     // The backend's word on the end comes first: the attempt is recorded,

@@ -50,10 +50,13 @@ std::string encode_job(const JobDescription& job) {
   j["timeout"] = s.timeout;
   j["grace"] = s.grace;
   j["hang_timeout"] = s.hang_timeout;
+  j["stop_signal"] = s.stop_signal;  // each agent stops its own ranks with it
+  j["signal_before"] = s.signal_before ? json(env::format_signal_before(*s.signal_before)) : json();
   j["log_dir"] = s.log_dir;
   j["env"] = s.env;
   j["cwd"] = job.cwd;
   j["added_env"] = job.added_env;
+  j["end_by"] = job.end_by ? json(*job.end_by) : json();
   j["ray"] = s.ray;  // --ray: every agent runs the Ray node helper instead of ranks
   j["ray_dashboard"] = s.ray_dashboard;
   j["ray_metrics"] = s.ray_metrics;
@@ -98,10 +101,15 @@ JobDescription decode_job(std::string_view text) {
     take(j, "timeout", s.timeout);
     take(j, "grace", s.grace);
     take(j, "hang_timeout", s.hang_timeout);
+    take(j, "stop_signal", s.stop_signal);
+    std::string signal_before;
+    take(j, "signal_before", signal_before);
+    s.signal_before = env::parse_signal_before(signal_before, "the job's signal_before");
     take(j, "log_dir", s.log_dir);
     take(j, "env", s.env);
     take(j, "cwd", job.cwd);
     take(j, "added_env", job.added_env);
+    take(j, "end_by", job.end_by);
     take(j, "ray", s.ray);
     take(j, "ray_dashboard", s.ray_dashboard);
     take(j, "ray_metrics", s.ray_metrics);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/outputs/signal_before.hpp"
 
 namespace sgpu::launcher {
 
@@ -124,5 +125,9 @@ void ConsolePrinter::on_rank_exited(int /*rank*/, const env::ExitStatus& /*statu
 }
 
 void ConsolePrinter::on_teardown(const env::JobEnd& /*cause*/) { sink_.release(); }
+
+void ConsolePrinter::on_signal_before(const env::SignalBefore& signal, Clock::time_point deadline, bool sent) {
+  sink_.write(Stream::Err, signal_before_line({signal, deadline, sent ? std::optional(Clock::now()) : std::nullopt}));
+}
 
 }  // namespace sgpu::launcher

@@ -86,6 +86,7 @@ struct JobOutputs::Impl {
   FanOut fanout;
   std::optional<TrackingLink> tracking;
   std::optional<RunDirDeletedWatch> dir_watch;
+  SignalBeforeRecord signal_before;
 
   static std::vector<std::string> rank_hosts(const LaunchPlan& p) {
     std::vector<std::string> hosts;
@@ -150,6 +151,7 @@ struct JobOutputs::Impl {
     }
     fanout.add(run_log);
     fanout.add(console);
+    fanout.add(signal_before);
     if (sink.has_status()) {
       status.emplace(io, sink, static_cast<int>(plan.ranks.size()), plan.timeout);
       fanout.add(*status);
@@ -222,6 +224,7 @@ struct JobOutputs::Impl {
     report.timeout = plan.timeout;
     report.hang_timeout = plan.hang_timeout;
     report.mlflow = tracking;
+    report.signal_before = signal_before.record();
     std::size_t budget = kResultsBudget;
     for (const auto& r : plan.ranks) {
       RankReport rank;
@@ -331,6 +334,7 @@ struct JobOutputs::Impl {
       case Kind::NodeLost:
       case Kind::StoppedByScheduler:
       case Kind::NotStarted:
+      case Kind::Preempted:
         cause.message = env::describe_end(end);
         return cause;
       case Kind::RankFailed:

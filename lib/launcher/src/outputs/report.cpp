@@ -92,6 +92,9 @@ std::string headline(const RunReport& report) {
     case Kind::Hung:
       return fmt::format("sgpu: error: the job hung: {}{} (exit code 124)", env::describe_end(end),
                          stopped_by_sgpu(report));
+    case Kind::Preempted:
+      return fmt::format("sgpu: {}{} (exit code {})", env::describe_end(end), stopped_by_sgpu(report),
+                         report.exit_code);
     case Kind::NodeLost:
     case Kind::StoppedByScheduler:
     case Kind::NotStarted:

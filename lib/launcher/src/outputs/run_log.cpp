@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/launcher/outputs/signal_before.hpp"
 
 namespace sgpu::launcher {
 
@@ -36,7 +37,8 @@ nlohmann::ordered_json teardown_event(const env::JobEnd& cause, int attempt) {
   nlohmann::ordered_json e = {{"event", "teardown"}, {"attempt", attempt}, {"reason", env::job_end_name(cause.kind)}};
   if (cause.kind == env::JobEnd::Kind::RankFailed || cause.kind == env::JobEnd::Kind::SpawnFailed)
     e["rank"] = cause.rank;
-  if (cause.kind == env::JobEnd::Kind::Interrupted) e["signal"] = env::signal_name(cause.signal);
+  if (cause.kind == env::JobEnd::Kind::Interrupted || cause.kind == env::JobEnd::Kind::Preempted)
+    e["signal"] = env::signal_name(cause.signal);
   if (!cause.host.empty()) e["host"] = cause.host;
   if (cause.kind == env::JobEnd::Kind::NodeLost) e["lost"] = cause.reason;
   return e;
@@ -105,6 +107,12 @@ void RunLog::on_rank_exited(int rank, const env::ExitStatus& status, bool termin
 }
 
 void RunLog::on_teardown(const env::JobEnd& cause) { append_event(teardown_event(cause, attempt_)); }
+
+void RunLog::on_signal_before(const env::SignalBefore& signal, Clock::time_point deadline, bool sent) {
+  nlohmann::ordered_json e = {{"event", "signal_before"}, {"attempt", attempt_}};
+  e.update(signal_before_json({signal, deadline, sent ? std::optional(Clock::now()) : std::nullopt}));
+  append_event(e);
+}
 
 void RunLog::on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) {
   append_event(restart_event(attempt, cause, backoff));

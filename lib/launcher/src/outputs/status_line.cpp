@@ -27,6 +27,8 @@ const char* teardown_reason(const env::JobEnd& cause) {
       return "it could not start";
     case env::JobEnd::Kind::Hung:
       return "hung";
+    case env::JobEnd::Kind::Preempted:
+      return "preempted";
     case env::JobEnd::Kind::Completed:
       break;
   }

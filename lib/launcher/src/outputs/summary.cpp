@@ -155,6 +155,8 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"timeout_s", seconds_or_null(plan.timeout)},
       {"grace_s", plan.grace.count()},
       {"hang_timeout_s", seconds_or_null(plan.hang_timeout)},
+      {"stop_signal", env::signal_name(plan.stop_signal)},
+      {"signal_before", plan.signal_before ? json(env::format_signal_before(*plan.signal_before)) : json(nullptr)},
       {"max_restarts", plan.max_restarts},
       {"restart_backoff_s", plan.restart_backoff.count()},
       {"env", environment},
@@ -216,6 +218,7 @@ json summary_json(const RunReport& report, const json& spec) {
       {"root_cause", root_cause},
       {"attempts", attempts},
       {"warnings", report.warnings},
+      {"signal_before", report.signal_before ? json(signal_before_json(*report.signal_before)) : json(nullptr)},
       // --ray-metrics: where the Ray nodes' resources are, once a second.
       {"ray_metrics", spec.contains("ray") && spec["ray"].is_object() ? spec["ray"]["metrics"] : json(nullptr)},
       {"mlflow", mlflow_json(report.mlflow)},
@@ -251,6 +254,7 @@ json not_started_json(const std::string& run_id, const std::string& run_dir, con
         {"error_file", nullptr}}},
       {"attempts", json::array()},
       {"warnings", json::array()},
+      {"signal_before", nullptr},
       {"ray_metrics", nullptr},
       {"mlflow", mlflow_json(mlflow)},
   };

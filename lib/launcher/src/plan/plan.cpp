@@ -126,6 +126,8 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   if (!grace) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
   plan.grace = *grace;
   plan.hang_timeout = env::parse_duration(spec.hang_timeout, "--hang-timeout");
+  plan.stop_signal = spec.stop_signal;
+  plan.signal_before = spec.signal_before;
   if (spec.ray && spec.entrypoint.kind == env::Entrypoint::Kind::Executable)
     throw Error(
         "--ray runs the entrypoint as the Ray driver with the job's Python interpreter: drop --no-python and give a "

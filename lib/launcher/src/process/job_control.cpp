@@ -1,5 +1,6 @@
 #include "sgpu/launcher/process/job_control.hpp"
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <csignal>
 #include <utility>
@@ -24,7 +25,8 @@ JobControl::JobControl(asio::io_context& io, JobControlOptions options, Actions&
       timeout_timer_(io),
       grace_timer_(io),
       backoff_timer_(io),
-      hang_timer_(io) {}
+      hang_timer_(io),
+      signal_before_timer_(io) {}
 
 void JobControl::watch_signals() {
   if (!options_.handle_signals) return;
@@ -36,38 +38,57 @@ void JobControl::arm_signals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec || finished_) return;
     if (sig == SIGUSR1 || sig == SIGUSR2) {
-      if (started_ && !in_backoff_) actions_.forward_signal(sig);
+      forward(sig);
     } else if (!started_) {
       actions_.on_signal_before_start(sig);
     } else if (stopping_ && final_) {
-      kill();  // a second Ctrl-C (or TERM) does not wait for the grace
+      if (options_.repeat_signal_kills) kill();  // a second Ctrl-C (or TERM) does not wait for the grace
     } else {
-      env::JobEnd end;
-      end.kind = env::JobEnd::Kind::Interrupted;
-      end.signal = sig;
+      auto end = end_of_signal(sig);
       if (stopping_ || in_backoff_)
-        end_for_good(end, sig);  // no restart after a signal to sgpu
+        end_for_good(end, rank_signal_for(sig));  // no restart after a signal to sgpu
       else
-        stop(end, sig);
+        stop(end, rank_signal_for(sig));
     }
     if (!finished_) arm_signals();  // what it did may have ended the job (a rendezvous aborted, a backoff cut short)
   });
 }
 
+env::JobEnd JobControl::end_of_signal(int sig) const {
+  env::JobEnd end;
+  end.kind = env::JobEnd::Kind::Interrupted;
+  end.signal = sig;
+  struct stat st {};
+  bool user_cancelled = !options_.cancel_marker.empty() && ::stat(options_.cancel_marker.c_str(), &st) == 0;
+  if (sig == SIGTERM && !user_cancelled) {
+    end.kind = env::JobEnd::Kind::Preempted;
+    end.reason = "preempted: sgpu received SIGTERM";
+  }
+  return end;
+}
+
+int JobControl::rank_signal_for(int sig) const { return sig == SIGINT || sig == SIGHUP ? sig : options_.stop_signal; }
+
 void JobControl::start() {
   started_ = true;
   // Each attempt's ranks get the whole hang timeout from their start.
   if (options_.hang_timeout && !stopping_) arm_hang_check(to_steady(*options_.hang_timeout));
+  if (timeout_armed_ || stopping_) return;
   // Once for the whole run: the timeout covers every attempt together.
-  if (!options_.timeout || stopping_ || timeout_armed_) return;
   timeout_armed_ = true;
+  auto now = std::chrono::system_clock::now();
+  if (options_.timeout)
+    deadline_ = now + std::chrono::duration_cast<std::chrono::system_clock::duration>(*options_.timeout);
+  if (options_.end_by && (!deadline_ || *options_.end_by < *deadline_)) deadline_ = options_.end_by;
+  arm_signal_before();
+  if (!options_.timeout) return;
   timeout_timer_.expires_after(to_steady(*options_.timeout));
   timeout_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || final_ || finished_) return;
     env::JobEnd end;
     end.kind = env::JobEnd::Kind::TimedOut;
     if (stopping_ || in_backoff_)
-      end_for_good(end, SIGTERM);
+      end_for_good(end, options_.stop_signal);
     else
       stop_after_inspecting(end);  // every timed-out run says where each rank was
   });
@@ -110,7 +131,27 @@ void JobControl::stop_after_inspecting(env::JobEnd cause) {
     inspecting_ = false;
     if (finished_ || stopping_ || in_backoff_) return;  // a rank failed, a signal came: that ended it
     if (!verdict.empty()) cause.reason = cause.reason.empty() ? verdict : cause.reason + ": " + verdict;
-    stop(cause, SIGTERM);
+    stop(cause, options_.stop_signal);
+  });
+}
+
+// Once per run, on the loop: the ranks of whatever attempt runs then get it.
+// A deadline already closer than the warning at start gets none: a rank that
+// just started has no handler yet, and USR1/USR2 would kill it.
+void JobControl::arm_signal_before() {
+  if (!options_.signal_before || !deadline_) return;
+  auto when =
+      *deadline_ - std::chrono::duration_cast<std::chrono::system_clock::duration>(options_.signal_before->before);
+  auto wait = when - std::chrono::system_clock::now();
+  if (wait < std::chrono::system_clock::duration::zero()) {
+    actions_.on_signal_before(*options_.signal_before, *deadline_, false);
+    return;
+  }
+  signal_before_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait));
+  signal_before_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || finished_ || stopping_ || in_backoff_) return;
+    forward(options_.signal_before->signal);
+    actions_.on_signal_before(*options_.signal_before, *deadline_, true);
   });
 }
 
@@ -175,14 +216,25 @@ void JobControl::rank_exited(int rank, const env::ExitStatus& status, const std:
   end.rank = rank;
   end.status = status;
   end.host = host;
-  stop(end, SIGTERM);
+  stop(end, options_.stop_signal);
 }
 
 void JobControl::kill() { actions_.kill_job(); }
 
+void JobControl::forward(int sig) {
+  if (!started_ || in_backoff_ || finished_) return;
+  if (options_.signal_before_once && options_.signal_before && sig == options_.signal_before->signal &&
+      std::exchange(signal_before_forwarded_, true))
+    return;
+  actions_.forward_signal(sig);
+}
+
 void JobControl::all_exited() {
   grace_timer_.cancel();
-  if (!stopping_ || final_) timeout_timer_.cancel();
+  if (!stopping_ || final_) {
+    timeout_timer_.cancel();
+    signal_before_timer_.cancel();
+  }
 }
 
 void JobControl::attempt_over(std::function<void(bool again)> then) {
@@ -212,6 +264,7 @@ void JobControl::finish() {
   grace_timer_.cancel();
   backoff_timer_.cancel();
   hang_timer_.cancel();
+  signal_before_timer_.cancel();
   boost::system::error_code ignored;
   signals_.cancel(ignored);
   signals_.clear(ignored);

@@ -1,6 +1,7 @@
 #include "sgpu/launcher/process/rank_process.hpp"
 
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
@@ -80,6 +81,7 @@ std::size_t rank_pipe_size(std::size_t ranks) {
 
 struct RankProcess::Impl {
   bp::process proc;
+  int pidfd = -1;  // owned by proc
 };
 
 RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files,
@@ -113,7 +115,7 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
   binding.apply(req);
   auto child = spawn_process(req);
   pid_ = child.pid;
-  impl_ = std::make_unique<Impl>(Impl{bp::process(io.get_executor(), child.pid, child.pidfd)});
+  impl_ = std::make_unique<Impl>(Impl{bp::process(io.get_executor(), child.pid, child.pidfd), child.pidfd});
   out_.assign(std::exchange(fds.fd[0], -1));
   err_.assign(std::exchange(fds.fd[2], -1));
 }
@@ -127,6 +129,11 @@ RankProcess::~RankProcess() {
 
 void RankProcess::signal_group(int sig) const {
   if (pid_ > 0) ::kill(-pid_, sig);
+}
+
+void RankProcess::signal(int sig) const {
+  if (!impl_ || pid_ <= 0) return;
+  ::syscall(SYS_pidfd_send_signal, impl_->pidfd, sig, nullptr, 0);  // a process gone is no error
 }
 
 bool RankProcess::exited() const {

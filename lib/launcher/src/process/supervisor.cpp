@@ -87,12 +87,22 @@ struct Supervisor::State : JobControl::Actions {
         relaunch(std::move(opts.relaunch)),
         inspect_ranks(std::move(opts.inspect)),
         on_end(std::move(opts.on_end)),
-        control(io_,
-                JobControlOptions{opts.timeout, opts.grace, opts.handle_signals, relaunch ? opts.max_restarts : 0,
-                                  opts.restart_backoff, opts.hang_timeout},
-                *this),
+        control(io_, control_options(opts, relaunch != nullptr), *this),
         drain_timer(io_),
         flows(weak_flows(obs)) {}
+
+  static JobControlOptions control_options(const SupervisorOptions& opts, bool restarts) {
+    JobControlOptions o{opts.timeout, opts.grace, opts.handle_signals, restarts ? opts.max_restarts : 0,
+                        opts.restart_backoff};
+    o.stop_signal = opts.stop_signal;
+    o.signal_before = opts.signal_before;
+    o.end_by = opts.end_by;
+    o.cancel_marker = opts.cancel_marker;
+    o.signal_before_once = opts.signal_before_once;
+    o.repeat_signal_kills = opts.repeat_signal_kills;
+    o.hang_timeout = opts.hang_timeout;
+    return o;
+  }
 
   static std::vector<std::weak_ptr<OutputFlow>> weak_flows(JobObserver& obs) {
     auto shared = obs.output_flows();
@@ -116,21 +126,33 @@ struct Supervisor::State : JobControl::Actions {
     go();
   }
 
-  // JobControl::Actions: this node's ranks, by process group.
+  // JobControl::Actions: this node's ranks. A rank's own process gets the
+  // stop signal and what is forwarded; its group (what it started too) only
+  // SIGCONT and SIGKILL: PyTorch's DataLoader workers die of a SIGTERM or
+  // SIGUSR2 of their own, and the rank then fails ("DataLoader worker ...
+  // is killed by signal") before its checkpoint is written.
   void signal_ranks(int sig) {
     for (auto& r : ranks)
       if (!r->record.status) r->process->signal_group(sig);
+  }
+  void signal_rank_processes(int sig) {
+    for (auto& r : ranks)
+      if (!r->record.status) r->process->signal(sig);
   }
   // A stopped rank (SIGSTOP, a debugger's ^Z) acts on its SIGTERM only once
   // continued: without SIGCONT it would cost the whole grace.
   void signal_job(int sig) override {
     for (auto& r : ranks)
       if (!r->record.status && r->process->exited()) r->ended_first = true;
-    signal_ranks(sig);
-    if (sig != SIGKILL) signal_ranks(SIGCONT);
+    if (sig == SIGKILL) return signal_ranks(sig);
+    signal_rank_processes(sig);
+    signal_ranks(SIGCONT);
   }
   void kill_job() override { signal_ranks(SIGKILL); }
-  void forward_signal(int sig) override { signal_ranks(sig); }
+  void forward_signal(int sig) override { signal_rank_processes(sig); }
+  void on_signal_before(const env::SignalBefore& signal, Clock::time_point deadline, bool sent) override {
+    observer.on_signal_before(signal, deadline, sent);
+  }
   void on_stopping(const env::JobEnd& cause) override {
     outcome.end = cause;
     observer.on_teardown(cause);
@@ -338,6 +360,10 @@ struct Supervisor::State : JobControl::Actions {
   void start_attempt(std::vector<RankLaunch> attempt) {
     attempt_started = Clock::now();
     last_output = std::chrono::steady_clock::now();
+    if (auto deadline = control.deadline()) {
+      auto unix_time = std::chrono::duration_cast<std::chrono::seconds>(deadline->time_since_epoch()).count();
+      for (auto& launch : attempt) launch.env["SGPU_DEADLINE"] = std::to_string(unix_time);
+    }
     launches = std::move(attempt);
     spawning = true;
     spawn_from(0);
@@ -361,7 +387,7 @@ void Supervisor::stop(const env::JobEnd& cause, int sig) {
   if (!state_->finished) state_->control.stop(cause, sig);
 }
 
-void Supervisor::forward(int sig) { state_->forward_signal(sig); }
+void Supervisor::forward(int sig) { state_->control.forward(sig); }
 
 void Supervisor::kill() { state_->control.kill(); }
 

@@ -88,6 +88,7 @@ KeyAction key_action(std::optional<RunState> newest) {
     case RunState::Hung:
     case RunState::Cancelled:
     case RunState::Lost:
+    case RunState::Preempted:
       break;
   }
   return KeyAction::Start;

@@ -10,8 +10,8 @@
 namespace sgpu::launcher {
 
 namespace {
-constexpr std::string_view kNames[] = {"running",   "succeeded", "failed",  "timed-out",
-                                       "cancelled", "lost",      "unknown", "hung"};
+constexpr std::string_view kNames[] = {"running", "succeeded", "failed", "timed-out", "cancelled",
+                                       "lost",    "unknown",   "hung",   "preempted"};
 constexpr std::size_t kMaxCandidatesListed = 10;
 }  // namespace
 
@@ -24,6 +24,7 @@ std::optional<RunState> parse_run_state(std::string_view name) {
 }
 
 RunState final_state(env::JobEnd::Kind kind) {
+  if (kind == env::JobEnd::Kind::Preempted) return RunState::Preempted;
   switch (env::end_class(kind)) {
     case env::EndClass::Succeeded:
       return RunState::Succeeded;
@@ -42,7 +43,7 @@ RunState final_state(env::JobEnd::Kind kind) {
 std::optional<RunState> state_of_end_name(std::string_view name) {
   using Kind = env::JobEnd::Kind;
   for (auto kind : {Kind::Completed, Kind::RankFailed, Kind::TimedOut, Kind::Interrupted, Kind::SpawnFailed,
-                    Kind::NodeLost, Kind::StoppedByScheduler, Kind::NotStarted, Kind::Hung})
+                    Kind::NodeLost, Kind::StoppedByScheduler, Kind::NotStarted, Kind::Hung, Kind::Preempted})
     if (env::job_end_name(kind) == name) return final_state(kind);
   return std::nullopt;
 }
@@ -79,7 +80,7 @@ std::string state_record_problem(const nlohmann::json& record) {
   if (!record.is_object()) return "not a JSON object";
   auto problem = text_problem(record, "state", true, false);
   if (problem.empty() && !parse_run_state(record["state"].get<std::string>()))
-    problem = fmt::format("'state' is {}, not one of running, succeeded, failed, timed-out, cancelled",
+    problem = fmt::format("'state' is {}, not one of running, succeeded, failed, timed-out, cancelled, preempted",
                           record["state"].dump());
   for (auto check : {+[](const nlohmann::json& r) { return text_problem(r, "started_at", true, true); },
                      +[](const nlohmann::json& r) { return text_problem(r, "ended_at", false, true); },

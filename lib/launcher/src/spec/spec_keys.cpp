@@ -7,6 +7,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/env/rank_list.hpp"
 #include "sgpu/env/run_name.hpp"
+#include "sgpu/env/stop_signal.hpp"
 #include "sgpu/launcher/spec/spec_schema.hpp"
 
 namespace sgpu::launcher {
@@ -197,6 +198,16 @@ std::vector<KeyInfo> make_keys() {
        .help = "end the job as hung when no rank made progress (an output line, a heartbeat) for this long, after "
                "printing every rank's stack: 10m, 30s; none (default) never",
        .apply = [](JobSpec& s, const S& v) { s.hang_timeout = as_string(v); }},
+      {.path = "timeouts.signal_before",
+       .flags = "--signal-before",
+       .help = "SIG@D: every rank gets SIG once, D before the run's deadline (--timeout, or the SLURM "
+               "allocation's end), to checkpoint, e.g. USR2@5m",
+       .apply = [](JobSpec& s, const S& v) { s.signal_before = env::parse_signal_before(as_string(v), v.subject()); }},
+      {.path = "timeouts.stop_signal",
+       .flags = "--stop-signal",
+       .help = "the signal a stopped rank gets first, its process alone; its whole group gets SIGKILL after the "
+               "grace (default TERM)",
+       .apply = [](JobSpec& s, const S& v) { s.stop_signal = env::parse_signal(as_string(v), v.subject()); }},
       // [output]
       {.path = "output.format",
        .kind = K::Choice,

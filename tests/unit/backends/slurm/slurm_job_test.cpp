@@ -256,3 +256,40 @@ TEST_CASE("env::slurm_rank_environment") {
                                                  {"SLURM_TASKS_PER_NODE", "4(x2)"},
                                                  {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}});
 }
+
+TEST_CASE("env::slurm_signal") {
+  struct Row {
+    int signal;
+    double before, margin;
+    const char* expected;
+  };
+  const Row rows[] = {
+      {12, 60, 0, "USR2@60"},       // no --timeout: SLURM's own limit is the deadline
+      {12, 8, 90, "USR2@98"},       // sgpu's deadline comes 90 s before SLURM's limit
+      {10, 0.2, 0, "USR1@1"},       // rounded up to whole seconds
+      {15, 86400, 0, "TERM@65535"}  // SLURM's largest
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.expected);
+    CHECK(slurm_signal(row.signal, Seconds(row.before), Seconds(row.margin)) == row.expected);
+  }
+  SlurmRequest r;
+  r.signal = "USR2@60";
+  auto argv = salloc_argv(r);
+  CHECK(std::find(argv.begin(), argv.end(), "--signal=USR2@60") != argv.end());
+}
+
+TEST_CASE("env::parse_slurm_time") {
+  auto t = parse_slurm_time("2026-12-05T01:02:03\n");
+  REQUIRE(t);
+  auto tt = std::chrono::system_clock::to_time_t(*t);
+  std::tm local{};
+  localtime_r(&tt, &local);
+  CHECK(local.tm_year == 126);
+  CHECK(local.tm_hour == 1);
+  CHECK(local.tm_sec == 3);
+  for (const char* none : {"N/A", "Unknown", "NONE", "", "2026-12-05", "2026-12-05T01:02:03x"}) {
+    CAPTURE(none);
+    CHECK_FALSE(parse_slurm_time(none));
+  }
+}

@@ -101,6 +101,19 @@ TEST_CASE("launcher::encode_job and decode_job") {
   CHECK(back.spec.env == job.spec.env);
   CHECK(back.cwd == job.cwd);
   CHECK(back.added_env == job.added_env);
+  CHECK(back.spec.stop_signal == 15);
+  CHECK_FALSE(back.spec.signal_before);
+  CHECK_FALSE(back.end_by);
+
+  SUBCASE("how the job is stopped travels: the stop signal, the signal before the deadline, the allocation's end") {
+    job.spec.stop_signal = 10;
+    job.spec.signal_before = sgpu::env::SignalBefore{12, sgpu::env::Seconds(90)};
+    job.end_by = 1800000000;
+    auto stopped = decode_job(encode_job(job));
+    CHECK(stopped.spec.stop_signal == 10);
+    CHECK(stopped.spec.signal_before == job.spec.signal_before);
+    CHECK(stopped.end_by == 1800000000);
+  }
 
   CHECK_THROWS_WITH_AS(decode_job("not json"), doctest::Contains("cannot read"), sgpu::Error);
   CHECK_THROWS_WITH_AS(decode_job(R"({"format": 9})"), doctest::Contains("job description format 9"), sgpu::Error);

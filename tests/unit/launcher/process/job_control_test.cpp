@@ -1,139 +1,98 @@
-// JobControl's restart decision on a real event loop, with Actions that
-// record what they are asked instead of signalling processes.
+#include <chrono>
 #include <csignal>
-#include <optional>
 #include <vector>
 
 #include <doctest/doctest.h>
 
-#include <boost/asio/io_context.hpp>
-
 #include "sgpu/launcher/process/job_control.hpp"
 
+using namespace sgpu;
 using namespace sgpu::launcher;
-using sgpu::env::ExitStatus;
-using sgpu::env::JobEnd;
-using sgpu::env::Seconds;
+using namespace std::chrono_literals;
 
 namespace {
-
+// Records what JobControl asks of the job.
 struct Recorder : JobControl::Actions {
-  std::vector<int> signals;
-  std::vector<JobEnd::Kind> stopping;
-  std::vector<std::pair<int, double>> restarts;  // attempt, backoff in seconds
-  void signal_job(int sig) override { signals.push_back(sig); }
-  void kill_job() override { signals.push_back(SIGKILL); }
-  void forward_signal(int sig) override { signals.push_back(sig); }
-  void on_stopping(const JobEnd& cause) override { stopping.push_back(cause.kind); }
-  void on_restart(int attempt, const JobEnd&, Seconds backoff) override {
-    restarts.emplace_back(attempt, backoff.count());
+  std::vector<int> signalled, forwarded;
+  std::vector<bool> warned;  // on_signal_before's `sent`
+  void signal_job(int sig) override { signalled.push_back(sig); }
+  void kill_job() override { signalled.push_back(SIGKILL); }
+  void forward_signal(int sig) override { forwarded.push_back(sig); }
+  void on_stopping(const env::JobEnd&) override {}
+  void on_signal_before(const env::SignalBefore&, std::chrono::system_clock::time_point, bool sent) override {
+    warned.push_back(sent);
   }
 };
 
-JobControlOptions restarting(int max_restarts, double backoff, std::optional<Seconds> timeout = std::nullopt) {
+JobControlOptions options(double timeout_s, double before_s) {
   JobControlOptions o;
-  o.timeout = timeout;
+  o.timeout = env::Seconds(timeout_s);
+  o.grace = env::Seconds(5);
   o.handle_signals = false;
-  o.max_restarts = max_restarts;
-  o.restart_backoff = Seconds{backoff};
+  o.signal_before = env::SignalBefore{SIGUSR2, env::Seconds(before_s)};
   return o;
 }
-
-// One attempt whose rank 0 ends with `status`; returns what attempt_over decided.
-std::optional<bool> fail_once(boost::asio::io_context& io, JobControl& control, ExitStatus status) {
-  control.start();
-  control.rank_exited(0, status);
-  control.all_exited();
-  std::optional<bool> again;
-  control.attempt_over([&](bool a) { again = a; });
-  io.run();
-  io.restart();
-  return again;
-}
-
 }  // namespace
 
-TEST_CASE("launcher::JobControl restarts") {
+TEST_CASE("launcher::JobControl signal_before and the stop signal") {
   boost::asio::io_context io;
-  Recorder actions;
-  SUBCASE("a rank failure with restarts left starts again after the backoff, doubling it") {
-    JobControl control(io, restarting(2, 0.001), actions);
-    CHECK(fail_once(io, control, ExitStatus::exited(3)) == true);
-    CHECK(control.attempt() == 1);
-    CHECK(fail_once(io, control, ExitStatus::exited(3)) == true);
-    CHECK(actions.restarts == std::vector<std::pair<int, double>>{{1, 0.001}, {2, 0.002}});
-    SUBCASE("and ends once they are spent, with the last failure") {
-      CHECK(fail_once(io, control, ExitStatus::exited(3)) == false);
-      CHECK(control.end().kind == JobEnd::Kind::RankFailed);
-      CHECK(control.attempt() == 2);
+  Recorder job;
+  SUBCASE("the signal goes once, before the timeout, and the timeout stops with the stop signal") {
+    auto o = options(0.3, 0.2);
+    o.stop_signal = SIGUSR1;
+    JobControl control(io, o, job);
+    control.start();
+    REQUIRE(control.deadline());
+    io.run_for(200ms);
+    CHECK(job.forwarded == std::vector<int>{SIGUSR2});
+    CHECK(job.warned == std::vector<bool>{true});
+    CHECK(job.signalled.empty());
+    io.run_for(200ms);
+    CHECK(job.forwarded == std::vector<int>{SIGUSR2});
+    CHECK(job.signalled == std::vector<int>{SIGUSR1});
+    CHECK(control.end().kind == env::JobEnd::Kind::TimedOut);
+    control.finish();
+  }
+  SUBCASE("a deadline closer than the warning sends nothing and says so") {
+    JobControl control(io, options(0.05, 1), job);
+    control.start();
+    io.run_for(20ms);
+    CHECK(job.forwarded.empty());
+    CHECK(job.warned == std::vector<bool>{false});
+    control.finish();
+  }
+  SUBCASE("the scheduler's end counts when it comes first") {
+    auto o = options(3600, 0.05);
+    o.end_by = std::chrono::system_clock::now() + 100ms;
+    JobControl control(io, o, job);
+    control.start();
+    CHECK(*control.deadline() == *o.end_by);
+    io.run_for(100ms);
+    CHECK(job.forwarded == std::vector<int>{SIGUSR2});
+    control.finish();
+  }
+  SUBCASE("an agent forwards the signal once, whoever sends it; others every time") {
+    for (bool once : {true, false}) {
+      CAPTURE(once);
+      Recorder r;
+      auto o = options(3600, 60);
+      o.signal_before_once = once;
+      JobControl control(io, o, r);
+      control.start();
+      control.forward(SIGUSR2);
+      control.forward(SIGUSR2);
+      control.forward(SIGUSR1);
+      CHECK(r.forwarded == (once ? std::vector<int>{SIGUSR2, SIGUSR1} : std::vector<int>{SIGUSR2, SIGUSR2, SIGUSR1}));
+      control.finish();
     }
   }
-  SUBCASE("without restarts a failure ends the run") {
-    JobControl control(io, restarting(0, 0.001), actions);
-    CHECK(fail_once(io, control, ExitStatus::exited(1)) == false);
-    CHECK(actions.restarts.empty());
-  }
-  SUBCASE("a program not found is not restarted") {
-    JobControl control(io, restarting(5, 0.001), actions);
-    CHECK(fail_once(io, control, ExitStatus::exited(127)) == false);
-  }
-  SUBCASE("success is not restarted") {
-    JobControl control(io, restarting(5, 0.001), actions);
-    CHECK(fail_once(io, control, ExitStatus::exited(0)) == false);
-    CHECK(control.end().kind == JobEnd::Kind::Completed);
-  }
-  SUBCASE("the timeout during the backoff ends the run at once") {
-    JobControl control(io, restarting(5, 30, Seconds{0.05}), actions);
-    CHECK(fail_once(io, control, ExitStatus::exited(3)) == false);
-    CHECK(control.end().kind == JobEnd::Kind::TimedOut);
-    CHECK(actions.stopping == std::vector<JobEnd::Kind>{JobEnd::Kind::RankFailed, JobEnd::Kind::TimedOut});
-  }
-  SUBCASE("a failure's teardown keeps the run's timeout running") {
-    JobControl control(io, restarting(5, 0.001, Seconds{0.05}), actions);
+  SUBCASE("a failed rank stops the others with the stop signal") {
+    auto o = options(3600, 60);
+    o.stop_signal = SIGINT;
+    JobControl control(io, o, job);
     control.start();
-    control.rank_exited(0, ExitStatus::exited(3));
-    std::optional<bool> again;
-    io.run_one();  // the timeout fires while the failed attempt is still being torn down
-    control.all_exited();
-    control.attempt_over([&](bool a) { again = a; });
-    CHECK(again == false);
-    CHECK(control.end().kind == JobEnd::Kind::TimedOut);
-  }
-}
-
-TEST_CASE("launcher::JobControl::stop_for_good: a lost node rules out another attempt") {
-  boost::asio::io_context io;
-  Recorder actions;
-  JobEnd lost;
-  lost.kind = JobEnd::Kind::NodeLost;
-  lost.host = "nodeb";
-  JobControl control(io, restarting(5, 30), actions);
-  control.start();
-  SUBCASE("during a teardown that would restart: the run ends with the lost node") {
-    control.rank_exited(0, ExitStatus::exited(3));
-    CHECK(control.restart_pending());
-    CHECK(control.stop_for_good(lost, SIGTERM));
-    CHECK_FALSE(control.restart_pending());
-    std::optional<bool> again;
-    control.attempt_over([&](bool a) { again = a; });
-    CHECK(again == false);
-    CHECK(control.end().kind == JobEnd::Kind::NodeLost);
-    CHECK(actions.stopping == std::vector<JobEnd::Kind>{JobEnd::Kind::RankFailed, JobEnd::Kind::NodeLost});
-  }
-  SUBCASE("during the backoff: the run ends at once, not after it") {
-    control.rank_exited(0, ExitStatus::exited(3));
-    control.all_exited();
-    std::optional<bool> again;
-    control.attempt_over([&](bool a) { again = a; });
-    CHECK(control.restart_pending());
-    CHECK(control.stop_for_good(lost, SIGTERM));
-    CHECK(again == false);
-    CHECK(control.end().kind == JobEnd::Kind::NodeLost);
-  }
-  SUBCASE("first, it stops the job like any cause, and a later failure is not restarted either") {
-    CHECK(control.stop_for_good(lost, SIGTERM));
-    CHECK(actions.signals == std::vector<int>{SIGTERM});
-    CHECK_FALSE(control.restart_pending());
-    CHECK_FALSE(control.stop_for_good(lost, SIGTERM));  // already ending for good: the first cause stays
+    control.rank_exited(1, env::ExitStatus::exited(3));
+    CHECK(job.signalled == std::vector<int>{SIGINT});
+    control.finish();
   }
 }

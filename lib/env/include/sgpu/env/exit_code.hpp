@@ -38,6 +38,9 @@ struct JobEnd {
   // rendezvous failed, an allocation refused); `cause_code` says why.
   // Hung: no rank made progress (output or heartbeat) for --hang-timeout;
   // `reason` holds the verdict of the ranks' stacks. Exit 124, as a timeout.
+  // Preempted: stopped from outside by the system, not by a user: a SIGTERM
+  // to sgpu that no `sgpu cancel` sent, SLURM's preemption or a cancel of
+  // the allocation; `signal` is the signal that stopped it (exit 128+N).
   enum class Kind {
     Completed,
     RankFailed,
@@ -47,12 +50,13 @@ struct JobEnd {
     NodeLost,
     StoppedByScheduler,
     NotStarted,
-    Hung
+    Hung,
+    Preempted
   };
   Kind kind = Kind::Completed;
-  int rank = -1;        // RankFailed, SpawnFailed
-  ExitStatus status;    // RankFailed
-  int signal = 0;       // Interrupted: the signal sgpu received; StoppedByScheduler: the one the scheduler sent
+  int rank = -1;      // RankFailed, SpawnFailed
+  ExitStatus status;  // RankFailed
+  int signal = 0;  // Interrupted, Preempted: the signal sgpu received; StoppedByScheduler: the one the scheduler sent
   int spawn_errno = 0;  // SpawnFailed
   std::string host;     // multi-node: the node where it happened ("" on one node)
   std::string reason;   // NodeLost: what the launcher saw; StoppedByScheduler: what the scheduler did; NotStarted: why;

@@ -12,6 +12,7 @@
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
+#include "sgpu/launcher/runs/run_state.hpp"
 #include "sgpu/launcher/stacks/stacks.hpp"
 #include "sgpu/rendezvous/port_reservation.hpp"
 
@@ -90,6 +91,9 @@ class LocalBackend : public Backend {
       inspect_ranks(io, run_dir, why.reason.empty() ? env::describe_end(why) : why.reason, targets, stacks,
                     [done = std::move(done)](const Inspection& seen) { done(seen.report.verdict); });
     };
+    options.stop_signal = plan.stop_signal;
+    options.signal_before = plan.signal_before;
+    options.cancel_marker = (std::filesystem::path(plan.run_dir) / kRunCancelFile).string();
     options.max_restarts = plan.max_restarts;
     options.restart_backoff = plan.restart_backoff;
     if (plan.max_restarts > 0) {

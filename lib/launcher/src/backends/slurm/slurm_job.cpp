@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <csignal>
+#include <cstring>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -62,6 +65,25 @@ std::string slurm_time_limit(Seconds limit) {
   return std::to_string(std::max(1LL, minutes));
 }
 
+std::string slurm_signal(int signal, Seconds before, Seconds margin) {
+  auto seconds = static_cast<long long>(std::ceil((before + margin).count()));
+  const char* name = sigabbrev_np(signal);
+  return fmt::format("{}@{}", name != nullptr ? std::string(name) : std::to_string(signal),
+                     std::clamp(seconds, 0LL, 65535LL));
+}
+
+std::optional<std::chrono::system_clock::time_point> parse_slurm_time(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.remove_suffix(1);
+  std::tm tm{};
+  std::string copy(text);
+  const char* end = ::strptime(copy.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  tm.tm_isdst = -1;
+  auto t = std::mktime(&tm);
+  if (t == static_cast<std::time_t>(-1)) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(t);
+}
+
 std::vector<std::string> salloc_argv(const SlurmRequest& r) {
   std::vector<std::string> argv = {"salloc", fmt::format("--nodes={}", r.nodes), "--ntasks-per-node=1"};
   if (r.gpus_per_node) argv.push_back(fmt::format("--gpus-per-node={}", *r.gpus_per_node));
@@ -76,6 +98,7 @@ std::vector<std::string> salloc_argv(const SlurmRequest& r) {
   add("reservation", r.reservation);
   if (r.time_limit) add("time", slurm_time_limit(*r.time_limit));
   add("job-name", r.job_name);
+  add("signal", r.signal);
   argv.insert(argv.end(), r.extra_args.begin(), r.extra_args.end());
   argv.insert(argv.end(), {"--kill-command=TERM", "--", "/bin/sh", "-c",
                            fmt::format("read code; exit ${{code:-{}}}", kSallocHoldNoCode)});

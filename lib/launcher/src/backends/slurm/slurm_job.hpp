@@ -2,6 +2,7 @@
 // sgpu as a SLURM client, the pure part: what an allocation sgpu runs inside
 // looks like, the salloc and srun command lines it runs, and what it reads
 // back from salloc and squeue. The processes themselves live in lib/launcher.
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,7 +39,19 @@ struct SlurmRequest {
   std::optional<Seconds> time_limit;  // nullopt: the partition's default
   std::string job_name;
   std::vector<std::string> extra_args;  // [slurm] extra_args, as they are
+  // --signal-before as SLURM's --signal=SIG@SECONDS (slurm_signal), "" for none.
+  std::string signal;
 };
+
+// SLURM's --signal for sgpu's --signal-before `signal`, `before` the run's
+// deadline: SLURM counts back from its own time limit, `margin` after sgpu's
+// deadline (what it adds for start-up and the grace), so both mean one time.
+// Whole seconds, rounded up, at most SLURM's 65535.
+std::string slurm_signal(int signal, Seconds before, Seconds margin);
+
+// squeue's %e (EndTime, "2026-12-05T01:02:03" in the local time zone) as a
+// time; nullopt for none ("N/A", "Unknown", "NONE") or text that is not one.
+std::optional<std::chrono::system_clock::time_point> parse_slurm_time(std::string_view text);
 
 // SLURM's --time in whole minutes, rounded up, at least 1.
 std::string slurm_time_limit(Seconds limit);

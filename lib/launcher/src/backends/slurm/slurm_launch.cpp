@@ -66,6 +66,7 @@ struct SlurmRun {
   std::vector<std::string> step_errors;
   std::string slurm_said;
   bool time_limit = false;
+  bool preempted = false;          // SLURM preempted or cancelled the job (not its time limit, not a node)
   bool scheduler_stopped = false;  // SLURM ended the job: time limit, scancel, preemption
   bool aborted = false;            // srun said SLURM aborted the step
   bool run_over = false;
@@ -144,6 +145,7 @@ struct SlurmRun {
       time_limit = true;
       say(fmt::format("SLURM's time limit ended job {}", job_id));
     } else if (e.kind != K::Released) {
+      preempted = true;
       say(fmt::format("SLURM job {} was cancelled (scancel or its allocation revoked)", job_id));
     }
   }
@@ -182,6 +184,24 @@ struct SlurmRun {
     timer.cancel();
     if (late) notice(fmt::format("salloc has not released SLURM job {} yet; scancel {} if it stays", job_id, job_id));
     io.restart();
+  }
+
+  // The allocation's end as SLURM has it (squeue's EndTime), for
+  // --signal-before: asked once, before the job goes to the nodes.
+  std::optional<Clock::time_point> allocation_end() {
+    std::optional<Clock::time_point> end;
+    bool answered = false;
+    run_slurm_command(io, {"squeue", "-h", "-j", job_id, "-o", "%e"}, in.inherited,
+                      [&](const std::string& out, int status) {
+                        answered = true;
+                        if (status == 0) end = env::parse_slurm_time(out.substr(0, out.find('\n')));
+                      });
+    while (!answered) io.run_one();
+    io.restart();
+    if (!end)
+      notice(fmt::format("note: squeue did not say when SLURM job {} ends; --signal-before counts from --timeout",
+                         job_id));
+    return end;
   }
 
   // --- the step ---
@@ -249,8 +269,10 @@ struct SlurmRun {
           time_limit = true;
           say(fmt::format("SLURM's time limit ended job {}", job_id));
         } else if (l.detail.empty()) {
+          preempted = true;
           say(fmt::format("SLURM job {} was cancelled (scancel)", job_id));
         } else if (l.detail != "NODE FAILURE") {
+          preempted = l.detail.find("PREEMPT") != std::string::npos || preempted;
           say(fmt::format("SLURM cancelled job {}: {}", job_id, l.detail));
         }
         break;
@@ -308,8 +330,10 @@ struct SlurmRun {
     } else if (s.state == "NODE_FAIL" || s.reason == "NodeDown") {
       say(fmt::format("SLURM ended job {}: a node failed", job_id), false);
     } else if (s.state == "PREEMPTED") {
+      preempted = true;
       say(fmt::format("SLURM preempted job {}", job_id));
     } else if (s.state == "CANCELLED" || (aborted && s.state == "COMPLETING")) {
+      preempted = true;
       say(fmt::format("SLURM job {} was cancelled (scancel)", job_id));
     } else if (aborted && s.state == "RUNNING") {
       // The job lives on: SLURM ended only the step (a node's step daemon
@@ -324,10 +348,16 @@ struct SlurmRun {
   void apply_rule(env::JobEnd& end) const {
     if (!scheduler_stopped) return;
     using Kind = env::JobEnd::Kind;
-    bool effect = end.kind == Kind::RankFailed || end.kind == Kind::Interrupted || end.kind == Kind::SpawnFailed;
-    if (!effect && !(time_limit && end.kind != Kind::Completed)) return;
+    bool effect = end.kind == Kind::RankFailed || end.kind == Kind::Interrupted || end.kind == Kind::SpawnFailed ||
+                  end.kind == Kind::Preempted;
+    // Ranks that saved their checkpoint on SLURM's SIGTERM and exited 0 were
+    // still preempted: the run did not finish, and must say so to be resumed.
+    bool checkpointed = preempted && !time_limit && end.kind == Kind::Completed;
+    if (!effect && !checkpointed && !(time_limit && end.kind != Kind::Completed)) return;
     env::JobEnd stopped;
-    stopped.kind = env::JobEnd::Kind::StoppedByScheduler;
+    // Preempted or cancelled from outside: the ranks were stopped to be
+    // resumed (README "Stopping well"); a time limit or a node is SLURM's own end.
+    stopped.kind = preempted && !time_limit ? env::JobEnd::Kind::Preempted : env::JobEnd::Kind::StoppedByScheduler;
     stopped.reason = slurm_said;
     stopped.time_limit = time_limit;
     stopped.signal = SIGTERM;  // what SLURM sends a step it cancels
@@ -402,6 +432,7 @@ JobOutcome SlurmSession::run(const ClusterJob::ObserverFactory& make_observer) {
   copts.on_end = [&run] { run.on_run_over(); };
   copts.refine_end = [&run](env::JobEnd& end, std::function<void()> settled) { run.refine(end, std::move(settled)); };
   copts.engine = in.engine;
+  if (in.spec.signal_before) copts.end_by = run.allocation_end();
   ClusterJob job(s.io, plan.node_spec, copts, in.inherited, in.cwd);
   s.run_id = job.run_id();
   s.run_dir = job.run_dir();
@@ -495,6 +526,9 @@ void configure_agent(AgentOptions& o, const env::Environment& inherited) {
   auto id = env::slurm_step_identity(inherited);
   o.node_rank = id.node_rank;
   if (o.node_name.empty()) o.node_name = id.node_name;
+  // SLURM signals a step's tasks more than once (its step daemon, then srun
+  // passing on its own): the second is no user's second Ctrl-C.
+  o.repeat_signal_kills = false;
   // The address srun reached this node from is one this node reaches the launcher's host by.
   if (!id.launcher_addr.empty()) o.launcher.host = id.launcher_addr;
   if (auto devices = env::slurm_visible_devices(inherited)) o.environment["CUDA_VISIBLE_DEVICES"] = *devices;

@@ -78,6 +78,12 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllo
     auto timeout = env::parse_duration(spec.timeout, "--timeout");
     auto grace = env::parse_duration(spec.grace, "--grace");
     if (timeout) r.time_limit = *timeout + grace.value_or(env::Seconds(0)) + env::Seconds(60);
+    if (spec.signal_before) {
+      // SLURM's time limit is whole minutes past sgpu's deadline: its signal is told that much earlier.
+      env::Seconds margin{0};
+      if (r.time_limit) margin = env::Seconds(std::stod(env::slurm_time_limit(*r.time_limit)) * 60) - *timeout;
+      r.signal = env::slurm_signal(spec.signal_before->signal, spec.signal_before->before, margin);
+    }
     auto name = spec.entrypoint.target.substr(spec.entrypoint.target.find_last_of('/') + 1);
     r.job_name = "sgpu:" + (name.empty() ? std::string("job") : name);
     r.extra_args = s.extra_args;

@@ -34,6 +34,10 @@ struct AgentOptions {
   // scancel) by stopping its ranks and telling the launcher why. Off for the
   // agent inside the launcher's process, whose launcher owns the signals.
   bool handle_signals = true;
+  // Whether a second SIGINT/SIGTERM/SIGHUP to this agent kills its ranks at
+  // once (JobControlOptions::repeat_signal_kills); off where a scheduler
+  // signals the agent more than once (a SLURM step).
+  bool repeat_signal_kills = true;
   env::Environment environment;  // inherited by ranks (the secret is removed)
   // What the backend that started this agent adds to each rank for its
   // place (srun's agents: SLURM_PROCID... of the rank, not of the agent).

@@ -78,6 +78,9 @@ struct ClusterOptions {
   using EndRefiner = std::function<void(env::JobEnd& end, std::function<void()> settled)>;
   EndRefiner refine_end;
   EngineHooks engine;
+  // The scheduler's end of the allocation (SLURM's EndTime), when known:
+  // --signal-before counts back from it when it comes before the timeout.
+  std::optional<Clock::time_point> end_by{};
 };
 
 // --join-timeout and --heartbeat-timeout from the spec, checked (a limit,

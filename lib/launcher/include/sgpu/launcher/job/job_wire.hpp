@@ -3,6 +3,7 @@
 // message's opaque "job" field): the JobSpec and the launcher's working
 // directory, as JSON. A field an older agent does not know is ignored; a
 // missing one keeps its default.
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,9 @@ struct JobDescription {
   // run): in spec.env too, and sent apart for the nodes of a static launch,
   // which run their own spec.
   env::Environment added_env;
+  // The scheduler's end of the allocation (UNIX seconds) when the launcher
+  // knows it: with the launcher's --timeout, each node's SGPU_DEADLINE.
+  std::optional<long long> end_by{};
 };
 
 std::string encode_job(const JobDescription& job);

@@ -75,6 +75,7 @@ class ConsolePrinter : public JobObserver {
   // rank exited) nothing may wait on the reader.
   void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;
   void on_teardown(const env::JobEnd& cause) override;
+  void on_signal_before(const env::SignalBefore& signal, Clock::time_point deadline, bool sent) override;
   std::vector<std::shared_ptr<OutputFlow>> output_flows() override { return sink_.flows(); }
 
  private:

@@ -27,6 +27,9 @@ class FanOut : public JobObserver {
   void on_teardown(const env::JobEnd& cause) override {
     for (auto* o : observers_) o->on_teardown(cause);
   }
+  void on_signal_before(const env::SignalBefore& signal, Clock::time_point deadline, bool sent) override {
+    for (auto* o : observers_) o->on_signal_before(signal, deadline, sent);
+  }
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
     for (auto* o : observers_) o->on_restart(attempt, cause, backoff);
   }

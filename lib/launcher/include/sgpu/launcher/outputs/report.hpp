@@ -13,6 +13,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/launcher/outputs/error_file.hpp"
+#include "sgpu/launcher/outputs/signal_before.hpp"
 #include "sgpu/launcher/process/events.hpp"
 
 namespace sgpu::launcher {
@@ -73,9 +74,10 @@ struct RunReport {
   // copies a rank's row with its result (summary.hpp: result_json).
   std::vector<std::string> results;
   std::optional<RootCause> root_cause;
-  std::vector<AttemptReport> attempts;  // every attempt in order; the last is the run's own
-  std::vector<std::string> warnings;    // e.g. a log file that could not be written in full
-  std::optional<TrackingLink> mlflow;   // nullopt: not tracked
+  std::vector<AttemptReport> attempts;            // every attempt in order; the last is the run's own
+  std::vector<std::string> warnings;              // e.g. a log file that could not be written in full
+  std::optional<TrackingLink> mlflow;             // nullopt: not tracked
+  std::optional<SignalBeforeSent> signal_before;  // --signal-before, once it fired
 };
 
 // "ok", "failed", "terminated_by_sgpu", "not_started", "lost" (started on a

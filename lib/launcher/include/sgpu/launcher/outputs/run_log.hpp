@@ -48,6 +48,7 @@ class RunLog : public JobObserver {
   void on_rank_output(int rank, Stream stream, std::string_view bytes, const BytesOwner& owner) override;
   void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;
   void on_teardown(const env::JobEnd& cause) override;
+  void on_signal_before(const env::SignalBefore& signal, Clock::time_point deadline, bool sent) override;
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
   void on_attempt_started(int attempt) override;
   // The log writer's: the supervisor stops reading while the disk lags.

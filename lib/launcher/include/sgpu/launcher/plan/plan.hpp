@@ -39,6 +39,8 @@ struct LaunchPlan {
   std::optional<env::Seconds> timeout;
   env::Seconds grace{30};
   std::optional<env::Seconds> hang_timeout;  // --hang-timeout; nullopt: off
+  int stop_signal = 15;                      // SIGTERM
+  std::optional<env::SignalBefore> signal_before{};
   int max_restarts = 0;
   env::Seconds restart_backoff{1};
   bool omp_defaulted = false;

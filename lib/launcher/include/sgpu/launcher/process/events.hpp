@@ -10,6 +10,7 @@
 
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/env/stop_signal.hpp"
 #include "sgpu/launcher/process/output_flow.hpp"
 
 namespace sgpu::launcher {
@@ -50,6 +51,10 @@ class JobObserver {
   // teardown done) is followed by attempt `attempt` (1 for the first
   // restart) once `backoff` has passed.
   virtual void on_restart(int /*attempt*/, const env::JobEnd& /*cause*/, env::Seconds /*backoff*/) {}
+  // --signal-before: its signal went to every rank, `deadline` being the
+  // run's end; `sent` false: the deadline was closer than that at the start,
+  // so none will go.
+  virtual void on_signal_before(const env::SignalBefore& /*signal*/, Clock::time_point /*deadline*/, bool /*sent*/) {}
   // Attempt `attempt` (> 0) starts its ranks now; rank events that follow are its.
   virtual void on_attempt_started(int /*attempt*/) {}
   // The flows an observer pauses when it cannot take output now (the console

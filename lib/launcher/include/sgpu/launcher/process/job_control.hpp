@@ -12,6 +12,13 @@
 // end (env::restartable) with restarts left, after a backoff on the loop.
 // The timeout covers every attempt together; the timeout or a signal during
 // a restartable teardown or the backoff ends the run for good.
+//
+// Stopping well: a stopped rank gets `stop_signal` (SIGTERM by default; a
+// SIGINT or SIGHUP to sgpu is passed as it is), and with `signal_before`
+// every rank gets its signal once, that long before the run's deadline (the
+// timeout's, or the scheduler's `end_by` if sooner). A SIGTERM to sgpu that
+// is not a user's `sgpu cancel` (no `cancel_marker` file) is a preemption.
+#include <chrono>
 #include <functional>
 #include <optional>
 
@@ -21,6 +28,7 @@
 
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/env/stop_signal.hpp"
 
 namespace sgpu::launcher {
 
@@ -35,6 +43,20 @@ struct JobControlOptions {
   // --hang-timeout: no progress from any rank for this long ends the
   // attempt as Hung (after the stacks); nullopt: never.
   std::optional<env::Seconds> hang_timeout{};
+  int stop_signal = 15;  // SIGTERM
+  std::optional<env::SignalBefore> signal_before{};
+  // The scheduler's end of the allocation (SLURM's EndTime), when known.
+  std::optional<std::chrono::system_clock::time_point> end_by{};
+  // A file `sgpu cancel` creates before its SIGTERM; "" for none.
+  std::string cancel_marker{};
+  // A SLURM agent: SLURM's --signal and the launcher's Forward both bring
+  // signal_before's signal; the ranks get it once.
+  bool signal_before_once = false;
+  // A second SIGINT/SIGTERM/SIGHUP kills at once (a user's second Ctrl-C).
+  // Off for an agent: SLURM signals a step's tasks more than once (its step
+  // daemon, then srun passing on its own), which cut the grace a rank's
+  // checkpoint needed; its launcher's Kill and SLURM's KillWait still follow.
+  bool repeat_signal_kills = true;
 };
 
 class JobControl {
@@ -63,6 +85,10 @@ class JobControl {
     // taken and shown, then `done(verdict)` ("" when there is none), within
     // a bounded time. Default: nothing to take.
     virtual void inspect(const env::JobEnd& /*why*/, std::function<void(std::string verdict)> done) { done(""); }
+    // --signal-before's signal went to every rank (forward_signal), or, with
+    // `sent` false, will not: the deadline was already closer at the start.
+    virtual void on_signal_before(const env::SignalBefore& /*signal*/,
+                                  std::chrono::system_clock::time_point /*deadline*/, bool /*sent*/) {}
   };
 
   JobControl(boost::asio::io_context& io, JobControlOptions options, Actions& actions);
@@ -88,6 +114,11 @@ class JobControl {
   void rank_exited(int rank, const env::ExitStatus& status, const std::string& host = {});
   // SIGKILL to everything now (a second signal, or an order from a launcher).
   void kill();
+  // `sig` to every rank as it is (SIGUSR1/SIGUSR2, a launcher's Forward).
+  // With signal_before_once, signal_before's signal goes at most once per
+  // run, whoever sends it: SLURM's --signal reaches the agents when the
+  // launcher's timer does.
+  void forward(int sig);
   // Nothing is left running: no grace or timeout is needed any more.
   void all_exited();
   // The attempt's teardown is over (nothing runs). `then(true)`: start the
@@ -102,6 +133,9 @@ class JobControl {
   bool restart_pending() const { return (stopping_ && !final_) || in_backoff_; }
   bool started() const { return started_; }
   const env::JobEnd& end() const { return end_; }
+  // The run's end once start() ran: the timeout's or the scheduler's, the sooner.
+  std::optional<std::chrono::system_clock::time_point> deadline() const { return deadline_; }
+  int stop_signal() const { return options_.stop_signal; }
   int attempt() const { return attempt_; }
 
  private:
@@ -115,6 +149,11 @@ class JobControl {
   // waited out: the run ends for good with it.
   void end_for_good(const env::JobEnd& cause, int sig);
   bool will_restart(const env::JobEnd& cause) const;
+  void arm_signal_before();
+  // SIGINT, SIGTERM or SIGHUP to sgpu as an end: a SIGTERM from the system is a preemption.
+  env::JobEnd end_of_signal(int sig) const;
+  // What the ranks get for a signal to sgpu: SIGINT and SIGHUP as they are, else the stop signal.
+  int rank_signal_for(int sig) const;
 
   JobControlOptions options_;
   Actions& actions_;
@@ -123,6 +162,8 @@ class JobControl {
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer backoff_timer_;
   boost::asio::steady_timer hang_timer_;
+  boost::asio::steady_timer signal_before_timer_;
+  std::optional<std::chrono::system_clock::time_point> deadline_;
   env::JobEnd end_;
   std::function<void(bool)> pending_;  // attempt_over's continuation, during the backoff
   int attempt_ = 0;
@@ -134,6 +175,7 @@ class JobControl {
   bool no_restart_ = false;  // stop_for_good: no attempt follows, whatever the cause
   bool finished_ = false;
   bool inspecting_ = false;  // the stacks are being taken before a hang's or the timeout's teardown
+  bool signal_before_forwarded_ = false;
 };
 
 }  // namespace sgpu::launcher

@@ -52,6 +52,9 @@ class RankProcess {
   int pid() const { return pid_; }
   // Signals the rank's whole process group; a group that is gone is no error.
   void signal_group(int sig) const;
+  // Signals the rank's own process alone (through its pidfd: never another
+  // process that got its number).
+  void signal(int sig) const;
   // Whether it has exited (its status not taken yet, or taken by its wait).
   bool exited() const;
 

@@ -1,8 +1,11 @@
 #pragma once
 // Runs one node's ranks to the end on one Asio event loop: exits (pidfd),
 // output pipes, signals, the job timeout and the teardown grace timer. The
-// first failure, the timeout or a signal tears every rank down: SIGTERM (or
-// the signal received) to each rank's process group, SIGKILL after the grace.
+// first failure, the timeout or a signal tears every rank down: the stop
+// signal (SIGTERM, or the SIGINT/SIGHUP received) to each rank's own process,
+// so that what it started (DataLoader workers) lives while it checkpoints,
+// and SIGKILL to its whole process group after the grace. Every rank gets
+// SGPU_DEADLINE, the run's end as UNIX time, when there is one.
 // With restarts, once a failed attempt's teardown is over and JobControl says
 // so, it starts the whole group again with the launches `relaunch` gives.
 #include <chrono>
@@ -47,6 +50,12 @@ struct SupervisorOptions {
       inspect{};
   // Once, on the loop, when the run is over (before run() returns).
   std::function<void()> on_end{};
+  int stop_signal = 15;  // SIGTERM
+  std::optional<env::SignalBefore> signal_before{};
+  std::optional<Clock::time_point> end_by{};  // a scheduler's end of the allocation
+  std::string cancel_marker{};                // see JobControlOptions
+  bool signal_before_once = false;            // see JobControlOptions
+  bool repeat_signal_kills = true;            // see JobControlOptions
 };
 
 struct RankRecord {

@@ -18,14 +18,15 @@ namespace sgpu::launcher {
 
 // Unknown: its state.json cannot be believed (not JSON, a field missing or
 // out of range); RunInfo::problem says what.
-enum class RunState { Running, Succeeded, Failed, TimedOut, Cancelled, Lost, Unknown, Hung };
+enum class RunState { Running, Succeeded, Failed, TimedOut, Cancelled, Lost, Unknown, Hung, Preempted };
 
-// "running", "succeeded", "failed", "timed-out", "cancelled", "lost", "unknown".
+// "running", "succeeded", "failed", "timed-out", "cancelled", "lost", "unknown", "preempted".
 std::string_view run_state_name(RunState state);
 std::optional<RunState> parse_run_state(std::string_view name);
 
 // The state a supervisor records when its job ends. Interrupted (Ctrl-C,
-// `sgpu cancel`, SIGTERM/SIGHUP to sgpu) is cancelled.
+// `sgpu cancel`, SIGHUP to sgpu) is cancelled; Preempted (a SIGTERM from the
+// system, SLURM's preemption or cancel) is preempted.
 RunState final_state(env::JobEnd::Kind kind);
 
 // The state a recorded end's name (events.jsonl's run_finished, summary.json's

@@ -11,6 +11,7 @@
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/env/stop_signal.hpp"
 
 namespace sgpu::launcher {
 
@@ -109,7 +110,11 @@ struct JobSpec {
   bool ray_metrics = false;        // --ray-metrics: every node's Ray resources into <run dir>/ray/metrics.jsonl
   std::string timeout = "3h";
   std::string grace = "30s";
-  std::string hang_timeout = "none";   // --hang-timeout: no progress from any rank for this long ends the job
+  std::string hang_timeout = "none";  // --hang-timeout: no progress from any rank for this long ends the job
+  // --signal-before SIG@D: every rank gets SIG once, D before the run's
+  // deadline (the timeout's, or a SLURM allocation's end). Parsed where set.
+  std::optional<env::SignalBefore> signal_before;
+  int stop_signal = 15;                // --stop-signal: what a stopped rank gets first (SIGTERM)
   int max_restarts = 0;                // restarts of the whole group after a rank fails
   std::string restart_backoff = "1s";  // before the first restart, doubled each time, at most 60s
   std::string log_dir;                 // "" means $SGPU_HOME/runs
