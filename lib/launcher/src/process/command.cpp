@@ -58,7 +58,9 @@ struct Running : std::enable_shared_from_this<Running> {
   bool answered = false;
 };
 
-std::string find_program(const std::string& name, const env::Environment& environment) {
+}  // namespace
+
+std::string find_on_path(const std::string& name, const env::Environment& environment) {
   if (name.find('/') != std::string::npos) return name;
   auto it = environment.find("PATH");
   std::string_view path = it == environment.end() ? "/usr/local/bin:/usr/bin:/bin" : std::string_view(it->second);
@@ -73,8 +75,6 @@ std::string find_program(const std::string& name, const env::Environment& enviro
   return "";
 }
 
-}  // namespace
-
 void run_command(asio::io_context& io, const std::vector<std::string>& argv, const env::Environment& environment,
                  std::chrono::milliseconds limit, std::size_t max_output, std::function<void(CommandResult)> done) {
   auto r = std::make_shared<Running>(io, max_output, std::move(done));
@@ -83,7 +83,7 @@ void run_command(asio::io_context& io, const std::vector<std::string>& argv, con
     asio::post(io, [r] { r->done(std::move(r->result)); });
   };
   if (argv.empty()) return fail("no program");
-  auto exe = find_program(argv.front(), environment);
+  auto exe = find_on_path(argv.front(), environment);
   if (exe.empty()) return fail(fmt::format("'{}' not found on PATH", argv.front()));
   try {
     r->proc = std::make_unique<RankProcess>(io, RankLaunch{0, exe, argv, environment, {}, {}, -1}, nullptr, 0);

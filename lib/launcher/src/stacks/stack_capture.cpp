@@ -23,16 +23,9 @@ constexpr std::size_t kMaxToolOutput = 4 << 20;  // one rank's stacks; a runaway
 bool executable(const fs::path& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p); }
 
 std::optional<std::string> on_path(const std::string& name, const env::Environment& environment) {
-  auto it = environment.find("PATH");
-  std::string_view path = it == environment.end() ? "/usr/local/bin:/usr/bin:/bin" : std::string_view(it->second);
-  while (!path.empty()) {
-    auto colon = path.find(':');
-    auto dir = path.substr(0, colon);
-    if (!dir.empty() && executable(fs::path(dir) / name)) return (fs::path(dir) / name).string();
-    if (colon == std::string_view::npos) break;
-    path.remove_prefix(colon + 1);
-  }
-  return std::nullopt;
+  auto found = find_on_path(name, environment);
+  if (found.empty()) return std::nullopt;
+  return found;
 }
 
 // The first "Error: ..." line of a tool's stderr (py-spy adds a backtrace).

@@ -25,6 +25,10 @@ struct CommandResult {
   bool ok() const { return status && status->success() && !timed_out; }
 };
 
+// `name` as exec would find it on `environment`'s PATH (a name with a slash
+// as it is); "" when it is nowhere there.
+std::string find_on_path(const std::string& name, const env::Environment& environment);
+
 // Runs argv (argv[0] an absolute path, or a name looked up on `environment`'s
 // PATH) with `environment`; `done` is posted to `io` once it ended and both
 // pipes are read, or at `limit` after SIGKILL to its group.
