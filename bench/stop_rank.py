@@ -8,15 +8,20 @@ out = os.environ["BENCH_DIR"]
 rank = os.environ["RANK"]
 
 
+def publish(name, text):
+    """Written aside, then renamed: the benchmark never reads a file half written."""
+    path = os.path.join(out, name)
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def on_term(signum, frame):
-    got = time.time_ns()
-    with open(os.path.join(out, f"term-{rank}"), "w") as f:
-        f.write(str(got))
+    publish(f"term-{rank}", str(time.time_ns()))
     os._exit(0)
 
 
 signal.signal(signal.SIGTERM, on_term)
-with open(os.path.join(out, f"ready-{rank}"), "w") as f:
-    f.write(str(os.getpid()))
+publish(f"ready-{rank}", str(os.getpid()))
 while True:
     signal.pause()
