@@ -363,7 +363,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   void inspect(const env::JobEnd& why, std::function<void(std::string)> done) override {
     if (!started || between_attempts) return done("");
     take_stacks(
-        false, [this, why, done = std::move(done)](const Inspection& in) { done(in.report.verdict); },
+        false, [done = std::move(done)](const Inspection& in) { done(in.report.verdict); },
         why.reason.empty() ? env::describe_end(why) : why.reason);
   }
   // Every node's ranks' stacks, kept in the run directory; printed under

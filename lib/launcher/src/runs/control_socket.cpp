@@ -70,7 +70,7 @@ struct ControlSocket::Impl : std::enable_shared_from_this<Impl> {
         }
         auto o = self->owner.lock();
         if (!o) return;
-        o->handler(request, [self](json reply) { self->send(std::move(reply)); });
+        o->handler(request, [self](const json& reply) { self->send(reply); });
       });
     }
     void send(const json& reply) {
