@@ -273,13 +273,14 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     }
     // The launcher owns the job's time limit; this node only stops when told.
     SupervisorOptions supervision;
-    supervision.grace = plan.grace;
-    supervision.handle_signals = options.handle_signals;
-    supervision.stop_signal = plan.stop_signal;
-    supervision.signal_before = plan.signal_before;
-    supervision.signal_before_once = true;  // from SLURM's --signal or the launcher, the ranks get it once
-    supervision.end_by = run_deadline();    // SGPU_DEADLINE; the launcher alone stops the job at it
-    supervision.repeat_signal_kills = options.repeat_signal_kills;
+    auto& control = supervision.control;
+    control.grace = plan.grace;
+    control.handle_signals = options.handle_signals;
+    control.stop_signal = plan.stop_signal;
+    control.signal_before = plan.signal_before;
+    control.signal_before_once = true;  // from SLURM's --signal or the launcher, the ranks get it once
+    control.end_by = run_deadline();    // SGPU_DEADLINE; the launcher alone stops the job at it
+    control.repeat_signal_kills = options.repeat_signal_kills;
     supervisor = std::make_unique<Supervisor>(io, *this, supervision);
     supervisor->start(launches, [this](const JobOutcome&) { on_ranks_finished(); });
   }

@@ -92,15 +92,8 @@ struct Supervisor::State : JobControl::Actions {
         flows(weak_flows(obs)) {}
 
   static JobControlOptions control_options(const SupervisorOptions& opts, bool restarts) {
-    JobControlOptions o{opts.timeout, opts.grace, opts.handle_signals, restarts ? opts.max_restarts : 0,
-                        opts.restart_backoff};
-    o.stop_signal = opts.stop_signal;
-    o.signal_before = opts.signal_before;
-    o.end_by = opts.end_by;
-    o.cancel_marker = opts.cancel_marker;
-    o.signal_before_once = opts.signal_before_once;
-    o.repeat_signal_kills = opts.repeat_signal_kills;
-    o.hang_timeout = opts.hang_timeout;
+    auto o = opts.control;
+    if (!restarts) o.max_restarts = 0;
     return o;
   }
 

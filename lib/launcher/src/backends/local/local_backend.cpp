@@ -81,8 +81,11 @@ class LocalBackend : public Backend {
     };
     auto& io = *ctx.io;
     auto& observer = observe(io, plan);
-    SupervisorOptions options{plan.timeout, plan.grace};
-    options.hang_timeout = plan.hang_timeout;
+    SupervisorOptions options;
+    auto& control = options.control;
+    control.timeout = plan.timeout;
+    control.grace = plan.grace;
+    control.hang_timeout = plan.hang_timeout;
     options.inspect = [&io, run_dir = plan.run_dir, stacks = stack_options_for(plan.executable, ctx.inherited)](
                           const env::JobEnd& why, std::vector<RunningRank> running,
                           std::function<void(std::string)> done) {
@@ -91,11 +94,11 @@ class LocalBackend : public Backend {
       inspect_ranks(io, run_dir, why.reason.empty() ? env::describe_end(why) : why.reason, targets, stacks,
                     [done = std::move(done)](const Inspection& seen) { done(seen.report.verdict); });
     };
-    options.stop_signal = plan.stop_signal;
-    options.signal_before = plan.signal_before;
-    options.cancel_marker = (std::filesystem::path(plan.run_dir) / kRunCancelFile).string();
-    options.max_restarts = plan.max_restarts;
-    options.restart_backoff = plan.restart_backoff;
+    control.stop_signal = plan.stop_signal;
+    control.signal_before = plan.signal_before;
+    control.cancel_marker = (std::filesystem::path(plan.run_dir) / kRunCancelFile).string();
+    control.max_restarts = plan.max_restarts;
+    control.restart_backoff = plan.restart_backoff;
     if (plan.max_restarts > 0) {
       // Each attempt gets its own MASTER_PORT (the new one is reserved
       // before the old is let go, so they differ) unless --master-port fixed it.

@@ -19,6 +19,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/launcher/process/events.hpp"
+#include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/launcher/process/rank_process.hpp"
 
 namespace sgpu::launcher {
@@ -30,19 +31,13 @@ struct RunningRank {
 };
 
 struct SupervisorOptions {
-  std::optional<env::Seconds> timeout;  // nullopt: no limit
-  env::Seconds grace{30};
-  // Off when something else on the loop owns SIGINT/SIGTERM/SIGHUP (the
-  // multi-node launcher) and drives stop()/forward() itself.
-  bool handle_signals = true;
+  // The job-ending policy's settings (the timeout, the grace, signals, the
+  // hang timeout, restarts): the supervisor's JobControl takes them as they
+  // are, except max_restarts, which needs `relaunch`.
+  JobControlOptions control{};
   // --max-restarts: `relaunch(k)` gives attempt k's ranks (a new MASTER_PORT,
   // TORCHELASTIC_RESTART_COUNT=k). Without it there are no restarts.
-  int max_restarts = 0;
-  env::Seconds restart_backoff{1};
   std::function<std::vector<RankLaunch>(int attempt)> relaunch{};
-  // --hang-timeout: no output and no heartbeat ($SGPU_HEARTBEAT_FILE
-  // touched) from any rank for this long ends the attempt as hung.
-  std::optional<env::Seconds> hang_timeout{};
   // Before a hang or the timeout ends the job: takes the running ranks'
   // stacks, shows them, answers the verdict (lib/launcher's stacks/ does it;
   // this layer only knows processes). Unset: the job ends at once.
@@ -50,12 +45,6 @@ struct SupervisorOptions {
       inspect{};
   // Once, on the loop, when the run is over (before run() returns).
   std::function<void()> on_end{};
-  int stop_signal = 15;  // SIGTERM
-  std::optional<env::SignalBefore> signal_before{};
-  std::optional<Clock::time_point> end_by{};  // a scheduler's end of the allocation
-  std::string cancel_marker{};                // see JobControlOptions
-  bool signal_before_once = false;            // see JobControlOptions
-  bool repeat_signal_kills = true;            // see JobControlOptions
 };
 
 struct RankRecord {
