@@ -11,25 +11,22 @@ namespace rdzv = sgpu::rendezvous;
 void NodeInquiries::ask_progress(const std::vector<InquiryNode>& nodes, std::chrono::milliseconds limit,
                                  std::function<void(std::optional<env::Seconds>)> answer) {
   auto id = next_id_++;
-  auto& p = pending_[id];
-  p.what = rdzv::InspectWhat::Progress;
-  p.nodes = nodes;
-  p.on_progress = std::move(answer);
-  start(id, limit, false);
+  pending_[id].on_progress = std::move(answer);
+  start(id, rdzv::InspectWhat::Progress, nodes, limit, false);
 }
 
 void NodeInquiries::ask_stacks(const std::vector<InquiryNode>& nodes, bool native, std::chrono::milliseconds limit,
                                std::function<void(std::vector<RankStack>)> answer) {
   auto id = next_id_++;
-  auto& p = pending_[id];
-  p.what = rdzv::InspectWhat::Stacks;
-  p.nodes = nodes;
-  p.on_stacks = std::move(answer);
-  start(id, limit, native);
+  pending_[id].on_stacks = std::move(answer);
+  start(id, rdzv::InspectWhat::Stacks, nodes, limit, native);
 }
 
-void NodeInquiries::start(std::uint32_t id, std::chrono::milliseconds limit, bool native) {
+void NodeInquiries::start(std::uint32_t id, rdzv::InspectWhat what, const std::vector<InquiryNode>& nodes,
+                          std::chrono::milliseconds limit, bool native) {
   auto& p = pending_[id];
+  p.what = what;
+  p.nodes = nodes;
   for (const auto& n : p.nodes) p.waiting.insert(n.node);
   p.deadline = std::make_unique<boost::asio::steady_timer>(io_, limit);
   p.deadline->async_wait([this, id](boost::system::error_code ec) {

@@ -59,7 +59,8 @@ class NodeInquiries {
     std::function<void(std::vector<RankStack>)> on_stacks;
     std::unique_ptr<boost::asio::steady_timer> deadline;
   };
-  void start(std::uint32_t id, std::chrono::milliseconds limit, bool native);
+  void start(std::uint32_t id, rendezvous::InspectWhat what, const std::vector<InquiryNode>& nodes,
+             std::chrono::milliseconds limit, bool native);
   void complete(std::uint32_t id);
 
   boost::asio::io_context& io_;

@@ -222,7 +222,6 @@ struct JobOutputs::Impl {
     report.started = outcome.started;
     report.ended = outcome.ended;
     report.timeout = plan.timeout;
-    report.hang_timeout = plan.hang_timeout;
     report.mlflow = tracking;
     report.signal_before = signal_before.record();
     std::size_t budget = kResultsBudget;

@@ -22,7 +22,9 @@ std::string where(const StackFrame& f) {
 
 // The innermost frame, then the user's frames outwards: what a reader needs
 // to see where the rank is and how it got there.
-bool unnamed(const StackFrame& f);
+// A native frame without a symbol ("0x7f9c69f07f16") differs between
+// processes (address randomisation): it does not tell ranks apart.
+bool unnamed(const StackFrame& f) { return f.name.rfind("0x", 0) == 0; }
 
 std::string summary_of(const ThreadStack& t) {
   std::size_t first = 0;
@@ -51,10 +53,6 @@ bool waits_on_others(const ThreadStack& t) {
   }
   return false;
 }
-
-// A native frame without a symbol ("0x7f9c69f07f16") differs between
-// processes (address randomisation): it does not tell ranks apart.
-bool unnamed(const StackFrame& f) { return f.name.rfind("0x", 0) == 0; }
 
 std::string frames_key(const ThreadStack& t) {
   std::string key;

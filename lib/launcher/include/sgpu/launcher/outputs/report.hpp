@@ -67,7 +67,6 @@ struct RunReport {
   Clock::time_point started{};
   Clock::time_point ended{};
   std::optional<env::Seconds> timeout;
-  std::optional<env::Seconds> hang_timeout;
   std::vector<RankReport> ranks;  // every rank of the job, in rank order
   // Each rank's result as compact JSON text, in rank order ("null": none, or
   // left out of the summary); kept apart from the ranks so that nothing
