@@ -68,6 +68,17 @@ def pid_alive(pid):
         return False
 
 
+def wait_for_files(out, pattern, n, timeout=60):
+    """Until `out` holds n files matching `pattern` (what ranks leave as they reach a point)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list(out.glob(pattern))) >= n:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"only {len(list(out.glob(pattern)))} of {n} {pattern}")
+
+
 def python_program(name):
     return str(PROGRAMS / name)
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, TORCH_PYTHON, pid_alive, python_program, assert_one_exit_code
+from conftest import ROOT, TORCH_PYTHON, pid_alive, python_program, assert_one_exit_code, wait_for_files
 
 TORCHRUN_VARS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                  "GROUP_WORLD_SIZE", "NNODES", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
@@ -187,14 +187,6 @@ def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace(sgpu, tmp_path):
     for pid in read_pids(out, 2):
         assert not pid_alive(pid)
 
-
-def wait_for_files(out, pattern, n, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(list(out.glob(pattern))) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"only {len(list(out.glob(pattern)))} of {n} {pattern}")
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])

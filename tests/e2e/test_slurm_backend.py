@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, assert_one_exit_code, newest_summary, pid_alive, python_program, sgpu_bin
+from conftest import ROOT, assert_one_exit_code, newest_summary, pid_alive, python_program, sgpu_bin, wait_for_files
 from slurm_cluster import GPUS_PER_NODE, slurm_cluster  # noqa: F401 (fixture)
 
 
@@ -313,14 +313,6 @@ def test_scancel_tears_down_everywhere_and_says_so(slurm_cluster, cluster_env, s
     assert newest_summary(env)["status"] == "preempted"
     assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
 
-
-def wait_for_files(out, pattern, n, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(list(out.glob(pattern))) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"only {len(list(out.glob(pattern)))} of {n} {pattern}")
 
 
 def test_scancel_lets_every_rank_on_both_nodes_checkpoint_and_ends_preempted(slurm_cluster, cluster_env, sgpu,

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, TORCH_PYTHON, assert_one_exit_code, newest_summary, python_program
+from conftest import ROOT, TORCH_PYTHON, assert_one_exit_code, newest_summary, python_program, wait_for_files
 
 
 @pytest.fixture
@@ -16,14 +16,6 @@ def out(tmp_path):
     d.mkdir()
     return d
 
-
-def wait_for_files(out, pattern, n, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(list(out.glob(pattern))) >= n:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"only {len(list(out.glob(pattern)))} of {n} {pattern}")
 
 
 def events(out, rank):
