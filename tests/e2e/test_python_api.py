@@ -112,6 +112,8 @@ def test_pip_install_puts_the_static_binary_on_path(venv, py):
     installed = venv / "bin" / "sgpu"
     assert os.access(installed, os.X_OK)
     assert shutil.which("sgpu", path=py.env["PATH"]) == str(installed)
+    # Beside it, where sgpu looks first for the stacks of --hang-timeout and `sgpu stacks`.
+    assert os.access(venv / "bin" / "py-spy", os.X_OK)
     assert subprocess.run(["sgpu", "--version"], env=py.env, capture_output=True, text=True).stdout.startswith("sgpu ")
     # Nothing but glibc: it runs on a bare Debian 12.
     ldd = subprocess.run(["ldd", str(installed)], capture_output=True, text=True, check=True).stdout
