@@ -15,15 +15,24 @@
 namespace sgpu::launcher {
 namespace {
 
+void join_schema(const BackendInfo& b) { add_backend_keys(b.flag_name, b.keys ? b.keys() : std::vector<KeyInfo>{}); }
+
 std::vector<BackendInfo>& table() {
-  static std::vector<BackendInfo> all = {
-      local::info(),
-      static_nodes::info(),
-      ssh_backend_info(),
-      slurm_backend_info(),
-  };
+  static std::vector<BackendInfo> all = [] {
+    std::vector<BackendInfo> built_in = {
+        local::info(),
+        static_nodes::info(),
+        ssh_backend_info(),
+        slurm_backend_info(),
+    };
+    for (const auto& b : built_in) join_schema(b);
+    return built_in;
+  }();
   return all;
 }
+
+// The built-in backends' tables are in the schema before main() reads a spec.
+[[maybe_unused]] const bool kListed = !table().empty();
 
 // What --backend accepts, each name once, in registry order.
 std::vector<std::string_view> flag_names() {
@@ -42,9 +51,16 @@ std::string valid_names() {
 
 }  // namespace
 
+std::optional<LaunchPlan> Backend::prepare(const LaunchContext& ctx, const RunStart& run) {
+  return ClusterJob::job_plan(ctx.spec, run.id, run.dir, ctx.cwd, {}, ctx.spec.rendezvous.master_addr, 0);
+}
+
 const std::vector<BackendInfo>& backends() { return table(); }
 
-void register_backend(const BackendInfo& info) { table().push_back(info); }
+void register_backend(const BackendInfo& info) {
+  join_schema(info);
+  table().push_back(info);
+}
 
 const BackendInfo* find_backend(std::string_view name) {
   for (const auto& b : table())
@@ -70,25 +86,6 @@ const BackendInfo& choose_backend(const JobSpec& spec, const env::Environment& i
     throw Error(fmt::format("{}: no such backend (valid: {})",
                             where_set(spec, "resources.backend", "--backend " + spec.backend), valid_names()));
   return *best;
-}
-
-// The whole schema: sgpu's own keys, then each backend's table, each row
-// marked with its backend so settings for another backend are noted.
-const std::vector<KeyInfo>& spec_keys() {
-  static const std::vector<KeyInfo> keys = [] {
-    auto all = core_spec_keys();
-    for (auto& k : all)
-      if (k.path == "resources.backend") k.choices = flag_names();
-    for (const auto& b : table()) {
-      if (b.keys == nullptr) continue;
-      for (auto& k : b.keys()) {
-        k.backend = b.flag_name;
-        all.push_back(std::move(k));
-      }
-    }
-    return all;
-  }();
-  return keys;
 }
 
 }  // namespace sgpu::launcher

@@ -52,27 +52,21 @@ class RanksEnded final : public JobObserver {
 // A run that could not start still answers as any run does: summary.json
 // where a run directory was made, and the summary on stdout with -o json.
 // summary.json of a run whose ranks never started.
-nlohmann::json record_not_started(const LaunchContext& ctx, const std::string& reason, int code,
+nlohmann::json record_not_started(const LaunchContext& ctx, const RunStart& run, const std::string& reason, int code,
                                   const std::optional<TrackingLink>& mlflow = std::nullopt) {
   env::JobEnd end;
   end.kind = env::JobEnd::Kind::NotStarted;
   end.reason = reason;
   end.cause_code = code;
-  auto doc = not_started_json(ctx.run_id, ctx.run_dir, end, mlflow);
+  auto doc = not_started_json(run.id, run.dir, end, mlflow);
   if (!ctx.spec.name.empty()) doc["name"] = ctx.spec.name;
-  if (!ctx.run_dir.empty()) {
+  if (!run.dir.empty()) {
     try {
-      write_file_atomic((std::filesystem::path(ctx.run_dir) / "summary.json").string(), dump_json(doc));
+      write_file_atomic((std::filesystem::path(run.dir) / "summary.json").string(), dump_json(doc));
     } catch (const Error&) {  // the error being reported is the one that matters
     }
   }
   return doc;
-}
-
-void report_not_started(const LaunchContext& ctx, const Error& error, const std::optional<TrackingLink>& mlflow) {
-  auto doc = record_not_started(ctx, error.what(), error.exit_code(), mlflow);
-  if (ctx.spec.output_format != "json") return;
-  output(dump_json(doc));
 }
 
 // -o json on a node whose ranks ran for a run another node hosts: the
@@ -119,162 +113,217 @@ LaunchContext context_of(LaunchRequest& request) {
   return ctx;
 }
 
-}  // namespace
-
-int launch(LaunchRequest request) {
-  // First, so it is destroyed last: outputs and the backend hold objects on it.
-  boost::asio::io_context io(1);
-  auto ctx = context_of(request);
-  ctx.io = &io;
-  const auto& info = choose_backend(ctx.spec, ctx.inherited);
-  auto backend = info.make();
-  check_capabilities(ctx.spec, info);
-  if (ctx.spec.detach) {
-    // The caller prints the run id and returns; the run goes on in a new session.
-    ctx.run_dir_made = [](const LaunchContext& c) {
-      detach_run(c.run_id, c.run_dir, c.spec.output_format == "json", c.spec.name);
-    };
+// One launch: the engine owns the run (its directory, the steps before the
+// ranks start, the outputs, the exit code) and is the backend's JobHost.
+class Engine final : public JobHost {
+ public:
+  explicit Engine(LaunchRequest& request)
+      : ctx_(context_of(request)), info_(choose_backend(ctx_.spec, ctx_.inherited)), force_new_(request.force_new) {
+    ctx_.io = &io_;
   }
-  std::signal(SIGPIPE, SIG_IGN);
-  // MLflow: the run is created just before the ranks start, every rank gets
-  // its variables, and it is ended (status, metrics, artifacts) after the
-  // summary; each step bounded by mlflow.timeout, a failing server only warned about.
-  std::vector<std::string> tracking_warnings;
-  auto tracking = mlflow_config(ctx.spec, ctx.inherited, tracking_warnings);  // a bad --mlflow is 2
-  for (const auto& w : tracking_warnings) diagnostic("sgpu: warning: {}\n", w);
-  std::optional<MlflowTracker> tracker;
-  std::optional<TrackedRun> tracked;
-  // Just before the ranks start, in order: the preflight (a launch that fails
-  // it makes no MLflow run), then MLflow's run, whose variables every rank
-  // gets. The run is asked for at once and awaited only by the ranks: the
-  // server works on it while the outputs and the supervisor are made ready.
-  if (tracking) tracker.emplace(io, std::move(*tracking));  // runs the loop only while its calls are in flight
-  // --idempotency-key: held from the key's lookup until the new run's
-  // state.json (written as the outputs are made) records the key.
-  std::optional<KeyLock> key_lock;
-  std::unique_ptr<JobOutputs> outputs;
-  std::optional<RanksEnded> ranks_ended;  // the observer when tracked
-  // `sgpu stacks` reaches the run here while its job runs: open once both
-  // the run directory (the outputs) and the backend's way to take stacks exist.
-  std::optional<ControlSocket> control;
-  StacksTaker stacks_taker;
-  std::string control_dir;
-  auto open_control = [&] {
-    if (control || !stacks_taker || control_dir.empty()) return;
-    control.emplace(io, control_dir, [&](const nlohmann::json& asked, auto reply) {
-      if (!stacks_taker) return reply(nlohmann::json{{"ok", false}, {"error", "the run's job is over"}});
-      answer_control(stacks_taker, asked, std::move(reply));
-    });
-  };
-  ctx.offer_stacks = [&](StacksTaker taker) {
-    stacks_taker = std::move(taker);
-    if (stacks_taker)
+
+  int launch();
+
+  JobObserver& observe(boost::asio::io_context& loop, const LaunchPlan& plan) override {
+    check_output_options(ctx_.spec, static_cast<int>(plan.ranks.size()));
+    outputs_ = std::make_unique<JobOutputs>(loop, ctx_.spec, plan, ctx_.inherited);
+    control_dir_ = plan.run_dir;
+    open_control();
+    key_lock_.reset();
+    job_plan_ = plan;
+    track_outputs(plan);
+    return outputs_->observer();
+  }
+
+  // What begin_tracking() asked for, awaited: the server worked on it while
+  // the backend made its outputs and supervisor ready.
+  env::Environment ranks_env() override {
+    if (!tracker_ || ctx_.spec.preflight.only) return {};
+    tracked_ = tracker_->await_run([&] { return start_watch_ && start_watch_->fired(); });
+    if (start_watch_) {
+      start_watch_->throw_if_fired("MLflow's run to be created");
+      start_watch_->stop();
+    }
+    if (job_plan_) track_outputs(*job_plan_);
+    return tracked_ ? tracked_->env : env::Environment{};
+  }
+
+  void offer_stacks(StacksTaker taker) override {
+    stacks_taker_ = std::move(taker);
+    if (stacks_taker_)
       open_control();
     else
-      control.reset();  // on the loop: nothing keeps it running once the job is over
-  };
+      control_.reset();  // on the loop: nothing keeps it running once the job is over
+  }
+
+ private:
+  BackendRun start();
+  void make_run(const std::string& root, const RunStart& planned, const LaunchPlan& plan);
+  void before_start(const LaunchPlan& plan);
+  int preflight_only(const preflight::PreflightResult& result);
+  void not_started(const Error& e);
+  int finish(BackendRun& result);
+
+  // `sgpu stacks` reaches the run here while its job runs: open once both
+  // the run directory (the outputs) and the backend's way to take stacks exist.
+  void open_control() {
+    if (control_ || !stacks_taker_ || control_dir_.empty()) return;
+    control_.emplace(io_, control_dir_, [&](const nlohmann::json& asked, auto reply) {
+      if (!stacks_taker_) return reply(nlohmann::json{{"ok", false}, {"error", "the run's job is over"}});
+      answer_control(stacks_taker_, asked, std::move(reply));
+    });
+  }
+
   // The run's link and spec.json's upload, once both the run and the
   // outputs exist (on one node the outputs come first, on many the run).
-  auto track_outputs = [&](const LaunchPlan& plan) {
-    if (!tracked || !outputs) return;
-    outputs->set_tracking({tracked->run_id, tracked->url}, tracked->env);
+  void track_outputs(const LaunchPlan& plan) {
+    if (!tracked_ || !outputs_) return;
+    outputs_->set_tracking({tracked_->run_id, tracked_->url}, tracked_->env);
     // spec.json is final now: it goes beside the job, not at its end.
-    tracker->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
-    outputs->add_observer(ranks_ended.emplace(plan.ranks.size(), [&] { tracker->ranks_ended(); }));
-  };
-  std::optional<LaunchPlan> job_plan;
+    tracker_->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
+    outputs_->add_observer(ranks_ended_.emplace(plan.ranks.size(), [&] { tracker_->ranks_ended(); }));
+  }
+
+  // First, so it is destroyed last: outputs and the backend hold objects on it.
+  boost::asio::io_context io_{1};
+  LaunchContext ctx_;
+  const BackendInfo& info_;
+  std::unique_ptr<Backend> backend_ = info_.make();
+  bool force_new_ = false;
+  RunStart run_;  // empty until the run directory exists
+  std::chrono::steady_clock::time_point launched_ = std::chrono::steady_clock::now();
+  // MLflow: the run is asked for just before the ranks start (after the
+  // preflight: a launch that fails it makes no MLflow run) and awaited only
+  // by the ranks (ranks_env); every rank gets its variables, and it is ended
+  // (status, metrics, artifacts) after the summary; each step bounded by
+  // mlflow.timeout, a failing server only warned about.
+  std::optional<MlflowTracker> tracker_;
+  std::optional<TrackedRun> tracked_;
   // While MLflow's run is created, until the ranks start, signals and the
   // run's deadline are in force (start_watch.hpp); JobControl then takes
   // over. Not yet during the preflight: with the watch's signal set on the
   // loop, the preflight's workers were never seen to end (a hang, not
   // understood yet), and the preflight bounds itself.
-  std::optional<StartWatch> start_watch;
-  auto launched = std::chrono::steady_clock::now();
-  if (ctx.spec.preflight.enabled || tracker) {
-    ctx.before_start = [&](LaunchContext& c, const LaunchPlan& plan) {
-      // The local backend's GPUs are this node's: checked here. A multi-node
-      // backend's nodes check theirs between the rendezvous's Assign and
-      // Start, and the ClusterJob judges them all.
-      if (c.spec.preflight.enabled && info.can.ranks_here) run_launch_preflight(c, plan);
-      // A check alone (--preflight-only) is not a run to track.
-      if (!tracker || c.spec.preflight.only) return;
-      if (!start_watch) {
-        auto left = plan.timeout;
-        if (left) *left -= std::chrono::duration_cast<env::Seconds>(std::chrono::steady_clock::now() - launched);
-        start_watch.emplace(io, left, plan.timeout);
-      }
-      tracker->begin(describe_run(c.spec, plan, c.inherited));
-    };
-  }
-  if (tracker) {
-    ctx.ranks_env = [&](LaunchContext&) -> env::Environment {
-      tracked = tracker->await_run([&] { return start_watch && start_watch->fired(); });
-      if (start_watch) {
-        start_watch->throw_if_fired("MLflow's run to be created");
-        start_watch->stop();
-      }
-      if (job_plan) track_outputs(*job_plan);
-      return tracked ? tracked->env : env::Environment{};
-    };
-  }
-  // The console, logs and report are made once the ranks are placed.
-  ObserverFactory observe = [&](boost::asio::io_context& loop, const LaunchPlan& plan) -> JobObserver& {
-    check_output_options(ctx.spec, static_cast<int>(plan.ranks.size()));
-    outputs = std::make_unique<JobOutputs>(loop, ctx.spec, plan, ctx.inherited);
-    control_dir = plan.run_dir;
-    open_control();
-    key_lock.reset();
-    job_plan = plan;
-    track_outputs(plan);
-    return outputs->observer();
-  };
-  BackendRun result;
-  try {
-    restart_policy(ctx.spec);  // checked before anything starts, on one node or many
-    check_launch_preflight(ctx.spec, info);
-    backend->check(ctx);
-    if (auto answered = answer_from_keyed_run(ctx, request.force_new, key_lock)) {
-      backend->release(*answered);  // a run with the key answered: nothing started
-      return *answered;
-    }
-    result = backend->run(ctx, observe);
-  } catch (const preflight::PreflightDone& done) {
-    // --preflight-only: the check was the launch (sgpu doctor's report and codes).
-    int code = preflight::preflight_exit_code(done.result);
-    backend->release(code);
-    record_not_started(ctx, preflight::preflight_headline(done.result), code);
-    if (ctx.spec.output_format == "json")
-      output(preflight::preflight_json(done.result).dump(2) + "\n");
-    else
-      output(preflight::preflight_text(done.result));
-    return code;
-  } catch (const Error& e) {
-    backend->release(e.exit_code());
-    // A run that the nodes never started (the rendezvous failed, a host
-    // was unreachable) still ends its MLflow run, as FAILED with the code;
-    // one asked for and not awaited yet is awaited first, so that the
-    // summary links it too.
-    if (tracker && !tracked && !(start_watch && start_watch->fired())) tracked = tracker->await_run();
-    std::optional<TrackingLink> link;
-    if (tracked) link = TrackingLink{tracked->run_id, tracked->url};
-    if (outputs) outputs->not_started(e.exit_code());
-    report_not_started(ctx, e, link);
-    if (tracked) tracker->end(describe_not_started(e.exit_code()));
-    throw;
-  }
+  std::optional<StartWatch> start_watch_;
+  // --idempotency-key: held from the key's lookup until the new run's
+  // state.json (written as the outputs are made) records the key.
+  std::optional<KeyLock> key_lock_;
+  std::unique_ptr<JobOutputs> outputs_;
+  std::optional<RanksEnded> ranks_ended_;  // the observer when tracked
+  std::optional<ControlSocket> control_;
+  StacksTaker stacks_taker_;
+  std::string control_dir_;
+  std::optional<LaunchPlan> job_plan_;
+};
+
+// The run directory, once the backend's plan holds: a mistake in it leaves
+// nothing behind. Then --detach (the caller prints the run id and returns;
+// the run goes on in a new session) and the steps that come first.
+void Engine::make_run(const std::string& root, const RunStart& planned, const LaunchPlan& plan) {
+  int ranks = info_.can.ranks_here ? static_cast<int>(plan.ranks.size()) : 0;
+  run_.dir = create_run_dir(root, planned.id, ranks);
+  run_.id = planned.id;
+  if (ctx_.spec.detach) detach_run(run_.id, run_.dir, ctx_.spec.output_format == "json", ctx_.spec.name);
+  before_start(plan);
+}
+
+// Before anything starts, in order: the preflight of this node's GPUs when
+// the ranks run here (a multi-node backend's nodes check theirs between the
+// rendezvous's Assign and Start, and the ClusterJob judges them all), then
+// MLflow's run, asked for now and awaited in ranks_env().
+void Engine::before_start(const LaunchPlan& plan) {
+  if (ctx_.spec.preflight.enabled && info_.can.ranks_here) run_launch_preflight(ctx_, run_.dir, plan);
+  // A check alone (--preflight-only) is not a run to track.
+  if (!tracker_ || ctx_.spec.preflight.only) return;
+  auto left = plan.timeout;
+  if (left) *left -= std::chrono::duration_cast<env::Seconds>(std::chrono::steady_clock::now() - launched_);
+  start_watch_.emplace(io_, left, plan.timeout);
+  tracker_->begin(describe_run(ctx_.spec, plan, ctx_.inherited));
+}
+
+BackendRun Engine::start() {
+  auto root = runs_root(ctx_.spec.log_dir, ctx_.inherited);
+  RunStart planned;
+  planned.id = make_run_id();
+  planned.dir = (std::filesystem::absolute(root) / planned.id).string();
+  auto plan = backend_->prepare(ctx_, planned);
+  if (plan) make_run(root, planned, *plan);
+  return backend_->run(ctx_, run_, *this);
+}
+
+// --preflight-only: the check was the launch (sgpu doctor's report and codes).
+int Engine::preflight_only(const preflight::PreflightResult& result) {
+  int code = preflight::preflight_exit_code(result);
+  backend_->release(code);
+  record_not_started(ctx_, run_, preflight::preflight_headline(result), code);
+  if (ctx_.spec.output_format == "json")
+    output(preflight::preflight_json(result).dump(2) + "\n");
+  else
+    output(preflight::preflight_text(result));
+  return code;
+}
+
+// A run that the nodes never started (the rendezvous failed, a host was
+// unreachable) still ends its MLflow run, as FAILED with the code; one asked
+// for and not awaited yet is awaited first, so that the summary links it too.
+void Engine::not_started(const Error& e) {
+  backend_->release(e.exit_code());
+  if (tracker_ && !tracked_ && !(start_watch_ && start_watch_->fired())) tracked_ = tracker_->await_run();
+  std::optional<TrackingLink> link;
+  if (tracked_) link = TrackingLink{tracked_->run_id, tracked_->url};
+  if (outputs_) outputs_->not_started(e.exit_code());
+  auto doc = record_not_started(ctx_, run_, e.what(), e.exit_code(), link);
+  if (ctx_.spec.output_format == "json") output(dump_json(doc));
+  if (tracked_) tracker_->end(describe_not_started(e.exit_code()));
+}
+
+int Engine::finish(BackendRun& result) {
   if (!result.hosted) {  // this node's part of a run another node hosts
-    backend->release(result.as_node.exit_code);
+    backend_->release(result.as_node.exit_code);
     int code = report_agent_result(result.as_node);
-    if (ctx.spec.output_format == "json") output(dump_json(node_part_json(result.as_node, code)));
+    if (ctx_.spec.output_format == "json") output(dump_json(node_part_json(result.as_node, code)));
     return code;
   }
   auto& outcome = *result.hosted;
   // The one exit code: derived from the recorded end (which the backend
   // explained before any node heard the verdict), reported everywhere.
-  int code = outputs ? outputs->finish(outcome) : outcome.exit_code();
-  if (tracker && job_plan) tracker->end(describe_end(outcome, *job_plan));
-  backend->release(code);
+  int code = outputs_ ? outputs_->finish(outcome) : outcome.exit_code();
+  if (tracker_ && job_plan_) tracker_->end(describe_end(outcome, *job_plan_));
+  backend_->release(code);
   return code;
+}
+
+int Engine::launch() {
+  check_capabilities(ctx_.spec, info_);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::vector<std::string> tracking_warnings;
+  auto tracking = mlflow_config(ctx_.spec, ctx_.inherited, tracking_warnings);  // a bad --mlflow is 2
+  for (const auto& w : tracking_warnings) diagnostic("sgpu: warning: {}\n", w);
+  if (tracking) tracker_.emplace(io_, std::move(*tracking));  // runs the loop only while its calls are in flight
+  BackendRun result;
+  try {
+    restart_policy(ctx_.spec);  // checked before anything starts, on one node or many
+    check_launch_preflight(ctx_.spec, info_);
+    backend_->check(ctx_);
+    if (auto answered = answer_from_keyed_run(ctx_, force_new_, key_lock_)) {
+      backend_->release(*answered);  // a run with the key answered: nothing started
+      return *answered;
+    }
+    result = start();
+  } catch (const preflight::PreflightDone& done) {
+    return preflight_only(done.result);
+  } catch (const Error& e) {
+    not_started(e);
+    throw;
+  }
+  return finish(result);
+}
+
+}  // namespace
+
+int launch(LaunchRequest request) {
+  Engine engine(request);
+  return engine.launch();
 }
 
 int dry_run(LaunchRequest request) {

@@ -11,9 +11,9 @@ namespace sgpu::launcher {
 void check_launch_preflight(const JobSpec& spec, const BackendInfo& backend);
 
 // Runs the check on exactly the plan's GPUs and prints its one-line result;
-// the report stays in the run directory (preflight.json). Throws sgpu::Error
+// the report stays in `run_dir` (preflight.json). Throws sgpu::Error
 // when a check fails (1, naming the GPU) or none could run (3: no driver,
 // NCCL or GPU), so no rank starts.
-void run_launch_preflight(const LaunchContext& ctx, const LaunchPlan& plan);
+void run_launch_preflight(const LaunchContext& ctx, const std::string& run_dir, const LaunchPlan& plan);
 
 }  // namespace sgpu::launcher

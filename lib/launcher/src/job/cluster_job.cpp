@@ -18,7 +18,6 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
-#include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/launcher/runs/run_state.hpp"
@@ -80,7 +79,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   std::unique_ptr<JobControl> control;  // made once the spec's durations are read
   NodeInquiries inquiries;              // --hang-timeout's and the stacks' questions to the nodes
   asio::steady_timer progress_timer;
-  const ClusterJob::ObserverFactory* make_observer = nullptr;
+  JobHost& host;
   JobObserver* observer = nullptr;
   std::vector<rdzv::NodeInfo> nodes;
   std::vector<NodeState> node_state;
@@ -94,18 +93,20 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   bool started = false;
   bool between_attempts = false;  // every node done; JobControl decides: restart or the end
   bool finished = false;
+  bool stacks_offered = false;  // host.offer_stacks has a taker to withdraw
   std::optional<std::pair<std::string, int>> failure;
   std::vector<std::optional<preflight::NodeReport>> preflight_reports;  // --preflight, by node rank
   std::optional<preflight::PreflightResult> preflight_done;             // --preflight-only: the verdict
 
-  Impl(asio::io_context& io_, JobSpec s, ClusterOptions o, const env::Environment& inherited, std::string dir)
+  Impl(asio::io_context& io_, JobSpec s, ClusterOptions o, std::string dir, JobHost& host_)
       : io(io_),
         spec(std::move(s)),
         options(std::move(o)),
         cwd(std::move(dir)),
         secret(options.secret ? *options.secret : rdzv::Secret::generate()),
         inquiries(io_, [this](std::uint32_t node, const rdzv::Inspect& ask) { server->send(node, ask); }),
-        progress_timer(io_) {
+        progress_timer(io_),
+        host(host_) {
     if (options.nnodes < 1) throw Error(fmt::format("--nnodes {}: must be at least 1", options.nnodes));
     allow_connections(options.nnodes);
     if (!options.notice) options.notice = [](const std::string& text) { diagnostic("sgpu: {}\n", text); };
@@ -114,9 +115,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     if (!g) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
     grace = *g;
     auto restarts = restart_policy(spec);
-    run_id = make_run_id();
-    auto root = runs_root(spec.log_dir, inherited);
-    run_dir = create_run_dir(root, run_id, 0);
+    run_id = options.run.id;
+    run_dir = options.run.dir;
     JobControlOptions control_options{timeout, grace, true, restarts.max_restarts, restarts.backoff};
     control_options.stop_signal = spec.stop_signal;
     control_options.signal_before = spec.signal_before;
@@ -130,11 +130,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     so.join_timeout = to_ms(options.join_timeout);
     so.heartbeat_timeout = to_ms(options.heartbeat_timeout);
     so.run_id = run_id;
-    env::Environment added;
-    if (options.engine.before_start) {
-      added = options.engine.before_start(ClusterJob::job_plan(spec, run_id, run_dir, cwd, {}, options.master_addr, 0));
-      for (const auto& [name, value] : added) spec.env[name] = value;
-    }
+    auto added = host.ranks_env();
+    for (const auto& [name, value] : added) spec.env[name] = value;
     std::optional<long long> end_by;
     if (options.end_by)
       end_by = std::chrono::duration_cast<std::chrono::seconds>(options.end_by->time_since_epoch()).count();
@@ -227,7 +224,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
                                        static_cast<int>(start.master_port));
       // ranks/<r>/ appear as each rank's logs and files arrive, not all at
       // once here: thousands of mkdirs would hold up every node's heartbeat.
-      observer = &(*make_observer)(io, plan);
+      observer = &host.observe(io, plan);
     } catch (const Error& e) {
       // Nothing can show or keep the run: every node stops at once.
       failure = {e.what(), e.exit_code()};
@@ -497,15 +494,14 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
 
   void stop_waiting() {
     if (options.on_end) std::exchange(options.on_end, nullptr)();
-    if (auto offer = std::exchange(options.engine.offer_stacks, nullptr)) offer(nullptr);
+    if (std::exchange(stacks_offered, false)) host.offer_stacks(nullptr);
     control->finish();
     progress_timer.cancel();
   }
 };
 
-ClusterJob::ClusterJob(asio::io_context& io, JobSpec spec, ClusterOptions options, const env::Environment& inherited,
-                       std::string cwd)
-    : impl_(std::make_unique<Impl>(io, std::move(spec), std::move(options), inherited, std::move(cwd))) {}
+ClusterJob::ClusterJob(asio::io_context& io, JobSpec spec, ClusterOptions options, std::string cwd, JobHost& host)
+    : impl_(std::make_unique<Impl>(io, std::move(spec), std::move(options), std::move(cwd), host)) {}
 
 ClusterJob::~ClusterJob() = default;
 
@@ -577,15 +573,14 @@ LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, 
   return plan;
 }
 
-JobOutcome ClusterJob::run(const ObserverFactory& make_observer) {
+JobOutcome ClusterJob::run() {
   auto& s = *impl_;
-  s.make_observer = &make_observer;
   s.control->watch_signals();
   s.server->start();
   s.arm_progress(kFirstProgress);
-  if (s.options.engine.offer_stacks)
-    s.options.engine.offer_stacks(
-        [&s](bool native, std::function<void(const Inspection&)> done) { s.take_stacks(native, std::move(done), ""); });
+  s.stacks_offered = true;
+  s.host.offer_stacks(
+      [&s](bool native, std::function<void(const Inspection&)> done) { s.take_stacks(native, std::move(done), ""); });
   s.io.run();
   s.io.restart();
   if (s.preflight_done) throw preflight::PreflightDone(std::move(*s.preflight_done));

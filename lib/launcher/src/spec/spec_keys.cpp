@@ -113,7 +113,7 @@ std::vector<KeyInfo> make_keys() {
        .kind = K::Choice,
        .flags = "--backend",
        .help = "where the ranks run: this node (local), hosts over ssh, a SLURM allocation",
-       .choices = {"local", "ssh", "slurm"},
+       .choices = {},  // each backend's flag name, added as the registry lists it (add_backend_keys)
        .apply = [](JobSpec& s, const S& v) { s.backend = as_string(v); }},
       {.path = "resources.nodes",
        .kind = K::NodeCount,

@@ -15,6 +15,12 @@
 namespace sgpu::launcher {
 namespace {
 
+// sgpu's own keys, then each backend's table as the backend registry adds it.
+std::vector<KeyInfo>& schema() {
+  static std::vector<KeyInfo> keys = core_spec_keys();
+  return keys;
+}
+
 std::string quoted_list(const std::vector<std::string_view>& words) {
   std::string out;
   for (auto w : words) out += fmt::format("{}\"{}\"", out.empty() ? "" : ", ", w);
@@ -45,6 +51,24 @@ std::vector<std::string> top_tables() {
   }
   return out;
 }
+
+}  // namespace
+
+const std::vector<KeyInfo>& spec_keys() { return schema(); }
+
+void add_backend_keys(std::string_view backend, std::vector<KeyInfo> keys) {
+  auto& all = schema();
+  for (auto& k : all) {
+    if (k.path == "resources.backend" && std::find(k.choices.begin(), k.choices.end(), backend) == k.choices.end())
+      k.choices.push_back(backend);
+  }
+  for (auto& k : keys) {
+    k.backend = backend;
+    all.push_back(std::move(k));
+  }
+}
+
+namespace {
 
 std::optional<std::int64_t> parse_int(std::string_view text) {
   std::int64_t v = 0;

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "backends/slurm/slurm_launch.hpp"
+#include "backends/slurm/slurm_settings.hpp"
 #include "sgpu/env/error.hpp"
 
 using sgpu::env::SlurmAllocation;
@@ -51,7 +52,7 @@ TEST_CASE("launcher::plan_slurm_job inside an allocation") {
   }
   SUBCASE("pool and partition settings are for new allocations: said, not used") {
     auto s = job();
-    s.slurm.pool = "reserved";
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().pool = "reserved";
     auto p = plan_slurm_job(s, allocation({"n1"}));
     REQUIRE(p.notes.size() == 1);
     CHECK(p.notes[0].find("running inside SLURM job 42") != std::string::npos);
@@ -66,9 +67,9 @@ TEST_CASE("launcher::plan_slurm_job asks for a new allocation") {
     s.gpus_per_node = 8;
     s.timeout = "1h";
     s.grace = "30s";
-    s.slurm.partition = "a100";
-    s.slurm.account = "ml";
-    s.slurm.constraint = "ib";
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().partition = "a100";
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().account = "ml";
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().constraint = "ib";
     auto p = plan_slurm_job(s, std::nullopt);
     CHECK(p.nnodes == 2);
     CHECK(p.request.nodes == 2);
@@ -109,11 +110,11 @@ TEST_CASE("launcher::plan_slurm_job asks for a new allocation") {
     CAPTURE(c.pool);
     CAPTURE(c.partition);
     auto s = job();
-    s.slurm.pool = c.pool;
-    s.slurm.partition = c.partition;
-    s.slurm.reserved_partition = "res";
-    s.slurm.reserved_qos = "res-q";
-    s.slurm.on_demand_partition = "od";
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().pool = c.pool;
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().partition = c.partition;
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().reserved_partition = "res";
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().reserved_qos = "res-q";
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().on_demand_partition = "od";
     if (c.error) {
       CHECK_THROWS_WITH_AS(plan_slurm_job(s, std::nullopt), c.error, sgpu::Error);
       continue;
@@ -124,7 +125,7 @@ TEST_CASE("launcher::plan_slurm_job asks for a new allocation") {
   }
   SUBCASE("a pool the spec does not map") {
     auto s = job();
-    s.slurm.pool = "on-demand";
+    s.backend_settings.edit<sgpu::launcher::slurm::Settings>().pool = "on-demand";
     s.origins["slurm.pool"] = "SGPU_POOL=on-demand";
     CHECK_THROWS_WITH_AS(plan_slurm_job(s, std::nullopt),
                          doctest::Contains("SGPU_POOL=on-demand: the job spec names no partition or QoS for this "

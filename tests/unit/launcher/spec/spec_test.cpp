@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "backends/slurm/slurm_settings.hpp"
+#include "backends/ssh/ssh_settings.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/spec/spec_load.hpp"
 
@@ -156,7 +158,7 @@ partition = "gpu-res"
   CHECK(s.grace == "45");
   CHECK(s.output_format == "json");
   CHECK(s.master_port == 29500);
-  CHECK(s.slurm.reserved_partition == "gpu-res");
+  CHECK(sgpu::launcher::slurm::settings(s).reserved_partition == "gpu-res");
   CHECK(s.origins.at("resources.gpus") == "job.toml:7:8: resources.gpus = 8");
   // [slurm] is set but the backend is local: said, not dropped silently.
   REQUIRE(r.notes.size() == 1);
@@ -175,7 +177,7 @@ TEST_CASE("spec: precedence is file < environment < flags < --set") {
   auto all = resolve({file, environment, flags, sets});
   CHECK(all.spec.python == "/set");
   CHECK(all.spec.origins.at("job.python") == "--set job.python=/set");
-  CHECK(all.spec.slurm.pool == "on-demand");
+  CHECK(sgpu::launcher::slurm::settings(all.spec).pool == "on-demand");
   CHECK(all.spec.origins.at("slurm.pool") == "SGPU_POOL=on-demand");
   CHECK(resolve({file, environment, flags}).spec.origins.at("job.python") == "--python /flag");
   // An empty variable is no setting.
@@ -227,9 +229,9 @@ TEST_CASE("spec: --set reads the value as the key's type") {
   CHECK(r.spec.env.at("NCCL_DEBUG") == "INFO");
   CHECK(r.spec.timeout == "90m");
   CHECK(r.spec.python == "/opt/py 3/bin/python");
-  CHECK(r.spec.ssh.hosts == std::vector<std::string>{"a:8", "b:8"});
+  CHECK(sgpu::launcher::ssh::settings(r.spec).hosts == std::vector<std::string>{"a:8", "b:8"});
   CHECK(r.spec.nodes == 2);
-  CHECK(r.spec.ssh.ship_sgpu);
+  CHECK(sgpu::launcher::ssh::settings(r.spec).ship_sgpu);
 
   struct Row {
     const char* set;

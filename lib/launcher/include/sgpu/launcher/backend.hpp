@@ -1,16 +1,20 @@
 #pragma once
 // Where a job's ranks run. A backend is one folder under
 // lib/launcher/src/backends/ and one line in its registry
-// (backends/registry.cpp); the launch engine (launch.hpp) drives every
-// backend the same way:
+// (backends/registry.cpp); the launch engine (launch.hpp) owns the run and
+// drives every backend the same way:
 //
-//   check(ctx)         the spec fits this backend; what can be resolved
-//                      before anything starts is (this node's GPUs, hosts)
-//   describe(ctx)      its nodes, for --dry-run; starts nothing
-//   run(ctx, observe)  the job to its end: this node's ranks, or agents on
-//                      other nodes through the rendezvous (ClusterJob)
-//   release(code)      what the backend holds (an allocation) goes back,
-//                      once, however the run ended
+//   check(ctx)              the spec fits this backend; what can be resolved
+//                           before anything starts is (this node's GPUs, hosts)
+//   describe(ctx)           its nodes, for --dry-run; starts nothing
+//   prepare(ctx, run)       the job's plan, validated, nothing created yet
+//   -- the engine makes the run directory, detaches (--detach), runs the
+//      preflight on this node (ranks_here) and asks MLflow for a run --
+//   run(ctx, run, host)     the job to its end: this node's ranks, or agents on
+//                           other nodes through the rendezvous (ClusterJob);
+//                           the engine's side is JobHost (job/job_host.hpp)
+//   release(code)           what the backend holds (an allocation) goes back,
+//                           once, however the run ended
 //
 // Job control (fail-fast, the timeout, the grace, signals) is not a
 // backend's business: Supervisor and ClusterJob share one JobControl. What
@@ -31,6 +35,7 @@
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/job/agent.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
+#include "sgpu/launcher/job/job_host.hpp"
 #include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/process/events.hpp"
@@ -41,7 +46,7 @@
 
 namespace sgpu::launcher {
 
-// One launch, as every backend sees it.
+// One launch, as every backend sees it: inputs only.
 struct LaunchContext {
   // The launch's one event loop: backends run their processes, timers and
   // sockets on it. The engine owns it, so it outlives the job's outputs
@@ -51,46 +56,7 @@ struct LaunchContext {
   env::Environment inherited;  // sgpu's own environment
   std::string cwd;
   std::string self_exe;  // this sgpu binary: what agents on other nodes run
-  // Set by the backend once it has created the run directory, so a run that
-  // fails to start still leaves its summary there.
-  std::string run_dir;
-  std::string run_id;
-  // Called by a backend once its run directory exists and before anything
-  // asynchronous starts (`--detach` continues in a child from there).
-  std::function<void(const LaunchContext&)> run_dir_made;
-  // Called by a backend with the job's plan once its run directory exists,
-  // before its ranks start: the steps that come first (the preflight), and
-  // the start of those that go on beside the backend's own preparations
-  // (MLflow's run being created).
-  std::function<void(LaunchContext&, const LaunchPlan&)> before_start;
-  // Called by the backend after before_start, just before its first rank
-  // starts: waits for what before_start began, and returns the variables
-  // every rank gets on top of the spec's (MLflow's run): the backend adds
-  // them to spec.env, so later attempts get them too.
-  std::function<env::Environment(LaunchContext&)> ranks_env;
-  // Set by the engine; a backend calls it with how to take every rank's
-  // stack once its job is placed, and with nullptr once the job is over, on
-  // the loop (`sgpu stacks` asks through the run's control socket).
-  std::function<void(StacksTaker)> offer_stacks;
 };
-
-// ClusterOptions::engine for a backend whose nodes join a ClusterJob: the
-// engine's steps (ctx.before_start, then ctx.ranks_env), whose variables then
-// travel to every node, and ctx.offer_stacks.
-inline EngineHooks cluster_engine_hooks(LaunchContext& ctx) {
-  EngineHooks hooks;
-  hooks.offer_stacks = ctx.offer_stacks;
-  if (!ctx.before_start && !ctx.ranks_env) return hooks;
-  hooks.before_start = [&ctx](const LaunchPlan& plan) {
-    ctx.run_id = plan.run_id;
-    ctx.run_dir = plan.run_dir;
-    if (ctx.before_start) ctx.before_start(ctx, plan);
-    auto added = ctx.ranks_env ? ctx.ranks_env(ctx) : env::Environment{};
-    for (const auto& [name, value] : added) ctx.spec.env[name] = value;
-    return added;
-  };
-  return hooks;
-}
 
 // A node as --dry-run shows it: its name ("this node", "gpu-a", "node3 (SLURM
 // job 42, node 1)") and this node's real GPUs when the plan is made where the
@@ -110,19 +76,22 @@ struct BackendRun {
   AgentResult as_node;  // when `hosted` is empty
 };
 
-// Called once, when the job's ranks are placed: the whole job's plan. It
-// returns the observer that sees every rank (console, logs, report).
-using ObserverFactory = std::function<JobObserver&(boost::asio::io_context&, const LaunchPlan&)>;
-
 class Backend {
  public:
   virtual ~Backend() = default;
   // Throws sgpu::Error naming the setting at fault and what is valid.
   virtual void check(LaunchContext& ctx) = 0;
   virtual PlannedLayout describe(const LaunchContext& ctx) = 0;
-  // Throws sgpu::Error when the job cannot start (a host unreachable, an
-  // allocation refused, the rendezvous failed).
-  virtual BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) = 0;
+  // The job's plan for the run the engine is about to make (`run.dir` does
+  // not exist yet), validated, so that a mistake leaves nothing behind:
+  // every rank when they run on this node (ranks_here); by default the plan
+  // so far of a multi-node job (the run, the program; no ranks until the
+  // nodes join). nullopt: this process hosts no run (a static node other
+  // than 0 is part of node 0's), and the engine makes none.
+  virtual std::optional<LaunchPlan> prepare(const LaunchContext& ctx, const RunStart& run);
+  // `run` exists now. Throws sgpu::Error when the job cannot start (a host
+  // unreachable, an allocation refused, the rendezvous failed).
+  virtual BackendRun run(LaunchContext& ctx, const RunStart& run, JobHost& host) = 0;
   virtual void release(int /*exit_code*/) {}
 };
 
@@ -141,7 +110,9 @@ struct BackendInfo {
   std::string_view name;       // "ssh": in messages and ARCHITECTURE.md
   std::string_view flag_name;  // what --backend calls it ("local" for static multi-node too)
   BackendCapabilities can{};
-  // Its rows of the spec schema (an [ssh] table...), merged into spec_keys().
+  // Its rows of the spec schema (an [ssh] table...), added to spec_keys()
+  // as it is registered; the struct they fill is its own, kept in
+  // JobSpec::backend_settings.
   std::vector<KeyInfo> (*keys)() = nullptr;
   // How strongly it wants a job whose --backend was not given, or named
   // its flag_name: the highest offer wins, 0 declines (SLURM offers itself
@@ -158,7 +129,8 @@ struct BackendInfo {
 const std::vector<BackendInfo>& backends();
 
 // Adds a backend after the built-in ones (tests drive the engine with a
-// fake one). Its keys only count if it is added before the first spec is read.
+// fake one): its flag name and its settings table join the spec's schema,
+// so a spec read after this can name them.
 void register_backend(const BackendInfo& info);
 
 // The backend for this job: --backend's, else the best offer. Throws

@@ -38,27 +38,27 @@ class LocalBackend : public Backend {
     return {{{"this node", discovery_.gpus}}, "", {}};
   }
 
-  BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) override {
+  // The whole plan is validated before the disk is touched.
+  std::optional<LaunchPlan> prepare(const LaunchContext& ctx, const RunStart& run) override {
     const auto& spec = ctx.spec;
     check_output_options(spec, ranks_);
-    PlanInputs in;
-    in.inventory = discovery_.gpus;
-    in.inherited = ctx.inherited;
-    in.cwd = ctx.cwd;
-    in.executable = resolve_program(spec, ctx.inherited, ctx.cwd);
-    in.run_id = make_run_id();
-    in.topology = topology_;
-    rendezvous::PortReservation port(spec.master_port.value_or(0));
-    in.master_port = port.port();
-    if (spec.ray) in.ray_token = ray_token(rendezvous::Secret::generate());
-    std::string root = runs_root(spec.log_dir, ctx.inherited);
-    // The whole plan is validated before the disk is touched.
-    in.run_dir = (std::filesystem::absolute(root) / in.run_id).string();
-    auto plan = make_plan(spec, in);
-    ctx.run_dir = create_run_dir(root, in.run_id, ranks_);
-    ctx.run_id = in.run_id;
-    if (ctx.run_dir_made) ctx.run_dir_made(ctx);
-    if (ctx.before_start) ctx.before_start(ctx, plan);
+    in_.inventory = discovery_.gpus;
+    in_.inherited = ctx.inherited;
+    in_.cwd = ctx.cwd;
+    in_.executable = resolve_program(spec, ctx.inherited, ctx.cwd);
+    in_.run_id = run.id;
+    in_.run_dir = run.dir;
+    in_.topology = topology_;
+    port_.emplace(spec.master_port.value_or(0));
+    in_.master_port = port_->port();
+    if (spec.ray) in_.ray_token = ray_token(rendezvous::Secret::generate());
+    plan_ = make_plan(spec, in_);
+    return plan_;
+  }
+
+  BackendRun run(LaunchContext& ctx, const RunStart& /*run*/, JobHost& host) override {
+    const auto& spec = ctx.spec;
+    auto& plan = plan_;
     if (plan.omp_defaulted && ranks_ > 1)
       diagnostic("{}",
                  plan.cpu_bind == CpuBind::None
@@ -80,7 +80,7 @@ class LocalBackend : public Backend {
       return launches;
     };
     auto& io = *ctx.io;
-    auto& observer = observe(io, plan);
+    auto& observer = host.observe(io, plan);
     SupervisorOptions options;
     auto& control = options.control;
     control.timeout = plan.timeout;
@@ -103,32 +103,27 @@ class LocalBackend : public Backend {
       // Each attempt gets its own MASTER_PORT (the new one is reserved
       // before the old is let go, so they differ) unless --master-port fixed it.
       options.relaunch = [&, launches_of](int attempt) {
-        if (!spec.master_port) port = rendezvous::PortReservation(0);
-        in.master_port = port.port();
-        in.restart_count = attempt;
-        return launches_of(make_plan(spec, in));
+        if (!spec.master_port) *port_ = rendezvous::PortReservation(0);
+        in_.master_port = port_->port();
+        in_.restart_count = attempt;
+        return launches_of(make_plan(spec, in_));
       };
     }
-    options.on_end = [&ctx] {
-      if (ctx.offer_stacks) ctx.offer_stacks(nullptr);
-    };
+    options.on_end = [&host] { host.offer_stacks(nullptr); };
     Supervisor supervisor(io, observer, options);
-    // What before_start began (MLflow's run) went on beside the outputs and
+    // What the engine asked for (MLflow's run) went on beside the outputs and
     // the supervisor being made ready; the ranks wait for it, and only they.
-    if (ctx.ranks_env) {
-      for (const auto& [name, value] : ctx.ranks_env(ctx)) {
-        ctx.spec.env[name] = value;  // later attempts' plans too
-        for (auto& r : plan.ranks) r.env[name] = value;
-      }
+    for (const auto& [name, value] : host.ranks_env()) {
+      ctx.spec.env[name] = value;  // later attempts' plans too
+      for (auto& r : plan.ranks) r.env[name] = value;
     }
-    if (ctx.offer_stacks)
-      ctx.offer_stacks([&, stacks = stack_options_for(plan.executable, ctx.inherited)](
-                           bool native, std::function<void(const Inspection&)> done) mutable {
-        std::vector<StackTarget> targets;
-        for (const auto& r : supervisor.running_ranks()) targets.push_back({r.rank, r.pid, ""});
-        stacks.native = native;
-        inspect_ranks(io, plan.run_dir, "", targets, stacks, std::move(done));
-      });
+    host.offer_stacks([&, stacks = stack_options_for(plan.executable, ctx.inherited)](
+                          bool native, std::function<void(const Inspection&)> done) mutable {
+      std::vector<StackTarget> targets;
+      for (const auto& r : supervisor.running_ranks()) targets.push_back({r.rank, r.pid, ""});
+      stacks.native = native;
+      inspect_ranks(io, plan.run_dir, "", targets, stacks, std::move(done));
+    });
     return {supervisor.run(launches_of(plan)), {}};
   }
 
@@ -148,6 +143,9 @@ class LocalBackend : public Backend {
 
   Discovery discovery_;
   std::optional<Topology> topology_;
+  PlanInputs in_;
+  std::optional<rendezvous::PortReservation> port_;  // MASTER_PORT, held until the ranks bind it
+  LaunchPlan plan_;
   bool discovered_ = false;
   int ranks_ = 0;
 };

@@ -221,23 +221,15 @@ struct SlurmRun {
     notice(text);
   }
 
-  // <run dir>/slurm.log: every line salloc and srun wrote. salloc's come
-  // before the run directory exists: they wait here until it does.
-  std::vector<std::string> early_lines;
+  // <run dir>/slurm.log: every line salloc and srun wrote, from the start
+  // (the engine made the run directory before the backend asks SLURM).
+  void open_log(const std::string& run_dir) { log.open(run_dir + "/slurm.log", std::ios::app); }
   void write_log(const std::string& line) {
-    if (!log.is_open()) {
-      early_lines.push_back(line);
-      return;
-    }
-    log << line << '\n' << std::flush;
+    if (log.is_open()) log << line << '\n' << std::flush;
   }
 
   void start_step(ClusterJob& cluster) {
     job = &cluster;
-    std::error_code ec;
-    std::filesystem::create_directories(cluster.run_dir(), ec);  // create_run_dir fills it in once nodes are placed
-    log.open(cluster.run_dir() + "/slurm.log", std::ios::app);
-    for (const auto& line : std::exchange(early_lines, {})) write_log(line);
     std::vector<std::string> agent = {in.self_exe,
                                       "agent",
                                       "--rdzv",
@@ -388,8 +380,6 @@ struct SlurmSession::Impl {
   SlurmLaunch in;
   asio::io_context& io;
   std::unique_ptr<SlurmRun> run;
-  std::string run_id;
-  std::string run_dir;
   bool released = false;
 };
 
@@ -399,16 +389,14 @@ SlurmSession::SlurmSession(boost::asio::io_context& io, SlurmLaunch launch) : im
 
 SlurmSession::~SlurmSession() = default;
 
-const std::string& SlurmSession::run_id() const { return impl_->run_id; }
-const std::string& SlurmSession::run_dir() const { return impl_->run_dir; }
-
-JobOutcome SlurmSession::run(const ClusterJob::ObserverFactory& make_observer) {
+JobOutcome SlurmSession::run(const RunStart& start, JobHost& host) {
   auto& s = *impl_;
   const auto& in = s.in;
   auto allocation = env::slurm_allocation(in.inherited);
   auto plan = plan_slurm_job(in.spec, allocation);
   s.run = std::make_unique<SlurmRun>(s.io, in, plan);
   auto& run = *s.run;
+  run.open_log(start.dir);
   for (const auto& note : plan.notes) run.notice(fmt::format("note: {}", note));
   if (allocation) {
     run.job_id = allocation->job_id;
@@ -431,13 +419,11 @@ JobOutcome SlurmSession::run(const ClusterJob::ObserverFactory& make_observer) {
   copts.notice = run.notice;
   copts.on_end = [&run] { run.on_run_over(); };
   copts.refine_end = [&run](env::JobEnd& end, std::function<void()> settled) { run.refine(end, std::move(settled)); };
-  copts.engine = in.engine;
+  copts.run = start;
   if (in.spec.signal_before) copts.end_by = run.allocation_end();
-  ClusterJob job(s.io, plan.node_spec, copts, in.inherited, in.cwd);
-  s.run_id = job.run_id();
-  s.run_dir = job.run_dir();
+  ClusterJob job(s.io, plan.node_spec, copts, in.cwd, host);
   run.start_step(job);
-  return job.run(make_observer);  // returns when the run is over and srun has ended
+  return job.run();  // returns when the run is over and srun has ended
 }
 
 void SlurmSession::release(int exit_code) {
@@ -483,23 +469,14 @@ class SlurmBackend : public Backend {
     return layout;
   }
 
-  BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) override {
+  BackendRun run(LaunchContext& ctx, const RunStart& run, JobHost& host) override {
     in_.spec = ctx.spec;
     in_.inherited = ctx.inherited;
     in_.cwd = ctx.cwd;
     in_.self_exe = ctx.self_exe;
-    in_.engine = cluster_engine_hooks(ctx);
     if (in_.self_exe.empty()) throw Error("cannot find this sgpu binary (/proc/self/exe)", 1);
     session_ = std::make_unique<SlurmSession>(*ctx.io, in_);
-    struct Created {
-      LaunchContext& ctx;
-      SlurmSession& s;
-      ~Created() {
-        ctx.run_id = s.run_id();
-        ctx.run_dir = s.run_dir();
-      }
-    } created{ctx, *session_};
-    return {session_->run(observe), {}};
+    return {session_->run(run, host), {}};
   }
 
   void release(int exit_code) override {

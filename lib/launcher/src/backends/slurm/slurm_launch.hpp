@@ -24,14 +24,13 @@
 namespace sgpu::launcher {
 
 struct SlurmLaunch {
-  JobSpec spec;  // spec.slurm, spec.nodes, the rendezvous's timeouts
+  JobSpec spec;  // slurm::settings(spec), spec.nodes, the rendezvous timeouts
   env::Environment inherited;
   std::string cwd;
   std::string self_exe;  // the agents run this binary (a path every node sees)
   env::Seconds join_timeout{600};
   env::Seconds heartbeat_timeout{10};
   std::function<void(const std::string&)> notice;  // "sgpu: ..." lines; default: stderr
-  EngineHooks engine;                              // ClusterOptions::engine
 };
 
 // Where the job runs and what each node runs: pure, for the checks and tests.
@@ -56,16 +55,15 @@ class SlurmSession {
   SlurmSession(const SlurmSession&) = delete;
   SlurmSession& operator=(const SlurmSession&) = delete;
 
-  // Runs the job to its end; `make_observer` as for ClusterJob::run. SLURM's
+  // Runs the job to its end in the engine's `run`, through `host` (as
+  // ClusterJob does). SLURM's
   // time limit, scancel or a preemption is the job's end, whatever the ranks
   // did as SLURM stopped them (settled before any node hears the verdict).
   // Throws sgpu::Error when no run could start (allocation refused,
   // rendezvous failed).
-  JobOutcome run(const ClusterJob::ObserverFactory& make_observer);
+  JobOutcome run(const RunStart& run, JobHost& host);
   // A new allocation ends with sgpu's exit code; one sgpu runs in is kept.
   void release(int exit_code);
-  const std::string& run_id() const;
-  const std::string& run_dir() const;
 
  private:
   struct Impl;

@@ -3,6 +3,7 @@
 
 #include "backends/slurm/hostlist.hpp"
 #include "backends/slurm/slurm_launch.hpp"
+#include "backends/slurm/slurm_settings.hpp"
 #include "sgpu/env/error.hpp"
 
 namespace sgpu::launcher {
@@ -11,7 +12,7 @@ namespace {
 // --pool maps to the partition and QoS the spec names for it; an explicit
 // --partition/--qos that says otherwise is a contradiction, not a silent win.
 void apply_pool(const JobSpec& spec, env::SlurmRequest& r) {
-  const auto& s = spec.slurm;
+  const auto& s = slurm::settings(spec);
   if (s.pool.empty()) return;
   auto pool_where = where_set(spec, "slurm.pool", "--pool " + s.pool);
   bool reserved = s.pool == "reserved";
@@ -63,7 +64,7 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllo
 
   if (!allocation) {
     auto& r = plan.request;
-    const auto& s = spec.slurm;
+    const auto& s = slurm::settings(spec);
     r.nodes = plan.nnodes;
     r.gpus_per_node = gpus_per_node;
     if (spec.nproc) r.cpus_per_node = *spec.nproc;  // a CPU per rank
@@ -87,7 +88,8 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllo
     auto name = spec.entrypoint.target.substr(spec.entrypoint.target.find_last_of('/') + 1);
     r.job_name = "sgpu:" + (name.empty() ? std::string("job") : name);
     r.extra_args = s.extra_args;
-  } else if (!spec.slurm.pool.empty() || !spec.slurm.partition.empty() || !spec.slurm.qos.empty()) {
+  } else if (!slurm::settings(spec).pool.empty() || !slurm::settings(spec).partition.empty() ||
+             !slurm::settings(spec).qos.empty()) {
     // SGPU_POOL may be set for every job; inside an allocation it has no say.
     plan.notes.push_back(
         fmt::format("running inside SLURM job {}: the pool, partition and QoS settings are for new allocations and "

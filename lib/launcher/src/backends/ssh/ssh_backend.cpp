@@ -19,6 +19,7 @@
 #include "backends/ssh/ssh_keys.hpp"
 #include "backends/ssh/ssh_nodes.hpp"
 #include "backends/ssh/ssh_scripts.hpp"
+#include "backends/ssh/ssh_settings.hpp"
 #include "backends/ssh/sync.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
@@ -50,7 +51,7 @@ void ensure_ssh_dir() {
 }
 
 env::SshOptions ssh_options(const JobSpec& spec) {
-  const auto& s = spec.ssh;
+  const auto& s = ssh::settings(spec);
   env::SshOptions o;
   o.config_file = s.config_file;
   o.identity = s.identity;
@@ -151,7 +152,7 @@ class Handler : public SshNodesHandler {
 }  // namespace
 
 std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
-  const auto& s = spec.ssh;
+  const auto& s = ssh::settings(spec);
   if (!s.hostfile.empty() && !s.hosts.empty())
     throw Error("--hostfile and --hosts exclude each other; give the hosts one way");
   std::vector<env::HostEntry> pool;
@@ -202,9 +203,8 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   return chosen;
 }
 
-JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJob::ObserverFactory& make_observer,
-                       SshSessions& sessions) {
-  const auto& s = in.spec.ssh;
+JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart& run, JobHost& job_host) {
+  const auto& s = ssh::settings(in.spec);
   auto chosen = choose_ssh_hosts(in.spec);
   auto opts = ssh_options(in.spec);
 
@@ -236,7 +236,7 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJ
   copts.heartbeat_timeout = in.heartbeat_timeout;
   for (const auto& n : chosen) copts.node_names.push_back(n.entry.host);
   copts.master_addr = in.spec.rendezvous.master_addr;
-  copts.engine = in.engine;
+  copts.run = run;
   // Once the run is over, the sessions still open are ended and waited for:
   // an agent stops its ranks within the grace, then a few seconds for ssh.
   Handler* handler_at_end = nullptr;
@@ -258,9 +258,7 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJ
     launcher_host = endpoint.host;
     copts.listen = rendezvous::Endpoint{"", endpoint.port};
   }
-  ClusterJob job(io, node_spec, copts, in.inherited, node_cwd);
-  sessions.run_id = job.run_id();
-  sessions.run_dir = job.run_dir();
+  ClusterJob job(io, node_spec, copts, node_cwd, job_host);
   // The job validated --grace; "none" never gets here.
   session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       *env::parse_duration(in.spec.grace, "--grace") + env::Seconds(5));
@@ -321,7 +319,7 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const ClusterJ
   JobOutcome outcome;
   try {
     // Returns once the job ended everywhere and every ssh has exited.
-    outcome = job.run(make_observer);
+    outcome = job.run();
   } catch (const Error&) {
     if (handler.first()) throw Error(handler.first()->message, handler.first()->exit_code);
     throw;
@@ -335,14 +333,14 @@ class SshBackend : public Backend {
  public:
   void check(LaunchContext& ctx) override {
     const auto& spec = ctx.spec;
-    if (spec.ssh.hosts.empty() && spec.ssh.hostfile.empty())
+    const auto& s = ssh::settings(spec);
+    if (s.hosts.empty() && s.hostfile.empty())
       throw Error(fmt::format("{}: needs hosts = [\"host:slots\", ...] or hostfile = \"FILE\" in [ssh]",
                               where_set(spec, "resources.backend", "--backend ssh")));
-    if (spec.origins.contains("resources.nodes") && !spec.ssh.hosts.empty() &&
-        static_cast<int>(spec.ssh.hosts.size()) < spec.nodes)
+    if (spec.origins.contains("resources.nodes") && !s.hosts.empty() && static_cast<int>(s.hosts.size()) < spec.nodes)
       throw Error(fmt::format("{}: [ssh] hosts lists only {} host{}",
                               where_set(spec, "resources.nodes", fmt::format("--nnodes {}", spec.nodes)),
-                              spec.ssh.hosts.size(), spec.ssh.hosts.size() == 1 ? "" : "s"));
+                              s.hosts.size(), s.hosts.size() == 1 ? "" : "s"));
     auto limits = node_limits(spec);
     in_.join_timeout = limits.join_timeout;
     in_.heartbeat_timeout = limits.heartbeat_timeout;
@@ -357,27 +355,17 @@ class SshBackend : public Backend {
     return layout;
   }
 
-  BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) override {
+  BackendRun run(LaunchContext& ctx, const RunStart& run, JobHost& host) override {
     in_.spec = ctx.spec;
     in_.inherited = ctx.inherited;
     in_.cwd = ctx.cwd;
     in_.self_exe = ctx.self_exe;
-    in_.engine = cluster_engine_hooks(ctx);
-    struct Created {
-      LaunchContext& ctx;
-      SshSessions& s;
-      ~Created() {
-        ctx.run_id = s.run_id;
-        ctx.run_dir = s.run_dir;
-      }
-    } created{ctx, sessions_};
-    return {run_ssh_job(*ctx.io, in_, observe, sessions_), {}};
+    return {run_ssh_job(*ctx.io, in_, run, host), {}};
   }
 
  private:
   SshLaunch in_;
   std::vector<env::NodeAssignment> chosen_;
-  SshSessions sessions_;
 };
 
 }  // namespace

@@ -20,30 +20,21 @@
 namespace sgpu::launcher {
 
 struct SshLaunch {
-  JobSpec spec;  // spec.ssh: the hosts and how to reach them
+  JobSpec spec;  // ssh::settings(spec): the hosts and how to reach them
   env::Environment inherited;
   std::string cwd;
   std::string self_exe;  // this sgpu binary, for --ship-sgpu
   env::Seconds join_timeout{600};
   env::Seconds heartbeat_timeout{10};
-  EngineHooks engine;  // ClusterOptions::engine
 };
 
 // The hosts chosen for the job and the ranks on each (every node runs the
 // same number; pinned devices where a filter named them). Reads the hostfile.
 std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec);
 
-// The run this launch made, once it is made (a run that fails to start
-// still has one).
-struct SshSessions {
-  std::string run_id;
-  std::string run_dir;
-};
-
-// The outcome, once every node has ended and every ssh has exited; throws
-// sgpu::Error when the job cannot start. `sessions` is filled as it goes.
-JobOutcome run_ssh_job(boost::asio::io_context& io, const SshLaunch& launch,
-                       const ClusterJob::ObserverFactory& make_observer, SshSessions& sessions);
+// The outcome of the engine's `run`, once every node has ended and every ssh
+// has exited; throws sgpu::Error when the job cannot start.
+JobOutcome run_ssh_job(boost::asio::io_context& io, const SshLaunch& launch, const RunStart& run, JobHost& host);
 
 // The ssh backend's registry line.
 BackendInfo ssh_backend_info();

@@ -90,23 +90,23 @@ class StaticBackend : public Backend {
     return layout;
   }
 
-  BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) override {
+  // Node 0 hosts the run; every other node's ranks are part of it.
+  std::optional<LaunchPlan> prepare(const LaunchContext& ctx, const RunStart& run) override {
+    if (launch_.node_rank != 0) return std::nullopt;
+    return Backend::prepare(ctx, run);
+  }
+
+  BackendRun run(LaunchContext& ctx, const RunStart& run, JobHost& host) override {
     const auto& spec = ctx.spec;
     resolve_program(spec, ctx.inherited, ctx.cwd);
     auto secret = rendezvous::find_secret(
         ctx.inherited, spec.rendezvous.secret_file,
         subject(spec, "rendezvous.secret_file", "--rdzv-secret-file", spec.rendezvous.secret_file));
     launch_.spec = spec;
-    launch_.engine = cluster_engine_hooks(ctx);
     if (launch_.node_rank != 0) return {std::nullopt, run_static_node(launch_, secret)};
     // Node 0 shows and keeps the run as a one-node launch does, once the
     // rendezvous has said which node runs which ranks.
-    return {run_static_host(*ctx.io, launch_, secret, observe,
-                            [&ctx](const std::string& id, const std::string& dir) {
-                              ctx.run_id = id;
-                              ctx.run_dir = dir;
-                            }),
-            {}};
+    return {run_static_host(*ctx.io, launch_, secret, run, host), {}};
   }
 
  private:

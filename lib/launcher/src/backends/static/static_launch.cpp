@@ -21,8 +21,7 @@ AgentOptions agent_options(const StaticLaunch& launch) {
 }  // namespace
 
 JobOutcome run_static_host(boost::asio::io_context& io, const StaticLaunch& launch, const rendezvous::Secret& secret,
-                           const ClusterJob::ObserverFactory& make_observer,
-                           const std::function<void(const std::string&, const std::string&)>& created) {
+                           const RunStart& run, JobHost& host) {
   ClusterOptions options;
   options.nnodes = launch.nnodes;
   options.listen = rendezvous::Endpoint{"", launch.endpoint.port};
@@ -30,9 +29,8 @@ JobOutcome run_static_host(boost::asio::io_context& io, const StaticLaunch& laun
   options.join_timeout = launch.join_timeout;
   options.heartbeat_timeout = launch.heartbeat_timeout;
   options.master_addr = launch.master_addr;
-  options.engine = launch.engine;
-  ClusterJob job(io, launch.spec, options, launch.inherited, launch.cwd);
-  created(job.run_id(), job.run_dir());
+  options.run = run;
+  ClusterJob job(io, launch.spec, options, launch.cwd, host);
 
   // This node's ranks join like every other node's, over loopback.
   auto local = agent_options(launch);
@@ -40,7 +38,7 @@ JobOutcome run_static_host(boost::asio::io_context& io, const StaticLaunch& laun
   local.handle_signals = false;  // the ClusterJob owns them and passes them on
   Agent agent(io, local, secret);
   agent.start([](const AgentResult&) {});
-  return job.run(make_observer);
+  return job.run();
 }
 
 AgentResult run_static_node(const StaticLaunch& launch, const rendezvous::Secret& secret) {

@@ -29,14 +29,11 @@ struct StaticLaunch {
   env::Seconds heartbeat_timeout{10};
   env::Environment inherited;
   std::string cwd;
-  EngineHooks engine;  // node 0: ClusterOptions::engine
 };
 
-// Node 0. `created` hears the run's id and directory as soon as they exist.
-// Throws sgpu::Error when the rendezvous fails.
+// Node 0, hosting the engine's run. Throws sgpu::Error when the rendezvous fails.
 JobOutcome run_static_host(boost::asio::io_context& io, const StaticLaunch& launch, const rendezvous::Secret& secret,
-                           const ClusterJob::ObserverFactory& make_observer,
-                           const std::function<void(const std::string&, const std::string&)>& created);
+                           const RunStart& run, JobHost& host);
 
 // Any other node: to the launcher's verdict, or to why it could not take part.
 AgentResult run_static_node(const StaticLaunch& launch, const rendezvous::Secret& secret);

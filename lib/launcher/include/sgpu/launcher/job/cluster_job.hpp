@@ -3,15 +3,13 @@
 // static launch on node 0, the ssh backend, the SLURM backend. It hosts the
 // authenticated rendezvous on the caller's event loop; the caller starts one
 // `sgpu agent` per node its own way, then run() drives the job to its end and
-// gives every node's ranks to one JobObserver, as a one-node launch does:
+// gives every node's ranks to the engine's observer (JobHost), as a one-node
+// launch does:
 //
-//   ClusterJob job(io, spec, {.nnodes = 2, .node_names = {"a", "b"}}, env, cwd);
+//   ClusterJob job(io, spec, {.nnodes = 2, .node_names = {"a", "b"}, .run = run}, cwd, host);
 //   for (int k = 0; k < 2; ++k)   // e.g. ssh NAME sgpu ARGS, environment added
 //     start_agent(names[k], job.agent_args(launcher_host, k), job.agent_environment());
-//   JobOutcome outcome = job.run([&](io_context& io, const LaunchPlan& plan) -> JobObserver& {
-//     outputs.emplace(io, spec, plan, env);   // once the nodes are placed
-//     return outputs->observer();
-//   });                                        // throws sgpu::Error if the rendezvous fails
+//   JobOutcome outcome = job.run();  // throws sgpu::Error if the rendezvous fails
 //
 // run() owns SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 and passes them to every
 // node. The first failure anywhere (a rank, a lost node, the timeout) stops
@@ -27,6 +25,7 @@
 
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/job/job_host.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
@@ -36,19 +35,6 @@
 #include "sgpu/rendezvous/endpoint.hpp"
 
 namespace sgpu::launcher {
-
-// What the engine does around a multi-node job (cluster_engine_hooks()).
-struct EngineHooks {
-  // Called once the run directory exists, before the job goes to any node,
-  // with the job's plan so far (run id, directory; no ranks yet): the
-  // variables it returns reach every rank on every node (the launch's MLflow
-  // run). May throw sgpu::Error: nothing has started.
-  std::function<env::Environment(const LaunchPlan&)> before_start;
-  // How to take the job's stacks (`sgpu stacks`), given once the job is
-  // placed; nullptr once it is over (called on the loop, so what the engine
-  // holds open for it closes before the run returns).
-  std::function<void(StacksTaker)> offer_stacks;
-};
 
 struct ClusterOptions {
   int nnodes = 1;
@@ -77,7 +63,8 @@ struct ClusterOptions {
   // It may change the end's kind and `backend_code`, never an exit code.
   using EndRefiner = std::function<void(env::JobEnd& end, std::function<void()> settled)>;
   EndRefiner refine_end;
-  EngineHooks engine;
+  // The run the engine made (its id and directory, which exists).
+  RunStart run;
   // The scheduler's end of the allocation (SLURM's EndTime), when known:
   // --signal-before counts back from it when it comes before the timeout.
   std::optional<Clock::time_point> end_by{};
@@ -93,10 +80,10 @@ NodeLimits node_limits(const JobSpec& spec);
 
 class ClusterJob {
  public:
-  // Listens at once; validates the spec's durations; creates the run
-  // directory's root. Throws sgpu::Error.
-  ClusterJob(boost::asio::io_context& io, JobSpec spec, ClusterOptions options, const env::Environment& inherited,
-             std::string cwd);
+  // Listens at once; validates the spec's durations; asks `host` for the
+  // variables every rank gets (they travel to every node with the job).
+  // Throws sgpu::Error.
+  ClusterJob(boost::asio::io_context& io, JobSpec spec, ClusterOptions options, std::string cwd, JobHost& host);
   ~ClusterJob();
   ClusterJob(const ClusterJob&) = delete;
   ClusterJob& operator=(const ClusterJob&) = delete;
@@ -123,12 +110,11 @@ class ClusterJob {
   // backend's refine_end.
   void node_failed(int node_rank, const std::string& why, std::optional<int> code = std::nullopt);
 
-  // Called once, when every node has joined and the ranks start: the whole
-  // job's plan (every node's ranks with their host, the run directory, the
-  // rendezvous's MASTER_ADDR/PORT). It returns the observer that sees every
-  // rank; an sgpu::Error it throws ends the run on every node.
-  using ObserverFactory = std::function<JobObserver&(boost::asio::io_context&, const LaunchPlan&)>;
-  JobOutcome run(const ObserverFactory& make_observer);
+  // Drives the job to its end. Once every node has joined and the ranks
+  // start, the host's observe() gets the whole job's plan (every node's
+  // ranks with their host, the run directory, the rendezvous's
+  // MASTER_ADDR/PORT); an sgpu::Error it throws ends the run on every node.
+  JobOutcome run();
 
   // The job-wide plan the factory gets, from the nodes' placement. Pure.
   static LaunchPlan job_plan(const JobSpec& spec, const std::string& run_id, const std::string& run_dir,

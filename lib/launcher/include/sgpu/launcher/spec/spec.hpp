@@ -3,6 +3,7 @@
 // --set merged by spec_merge.hpp), before anything is resolved against a node.
 // Every field has a key in the schema table (spec_schema.cpp); a new launch
 // option is a field here, a row there, and a README line.
+#include <any>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,39 +26,28 @@ enum class CpuBind { None, Numa, Socket, Core, Exclusive };
 std::optional<CpuBind> parse_cpu_bind(std::string_view text);
 std::string_view cpu_bind_name(CpuBind mode);
 
-// [ssh]: read and validated now, used by the ssh backend (issue 6).
-struct SshSpec {
-  std::vector<std::string> hosts;  // "host", "host:slots", "user@host:slots"
-  std::string hostfile;
-  std::string include;  // DeepSpeed filters: "a:0,2@b"
-  std::string exclude;
-  std::string user;
-  std::optional<int> port;
-  std::string identity;              // ssh -i
-  std::string config_file;           // ssh -F
-  std::vector<std::string> options;  // ssh -o KEY=VALUE
-  std::string connect_timeout = "10s";
-  int max_parallel = 32;                 // ssh sessions started at once
-  std::vector<std::string> forward_env;  // -x NAME or -x NAME=value: beyond the default allowlist
-  std::vector<std::string> env_files;    // --env-file F: NAME=value lines to forward
-  std::string sync;                      // a directory shipped to every node
-  std::vector<std::string> sync_exclude;
-  bool ship_sgpu = false;  // copy this sgpu binary to hosts without one
-};
+// Each backend's own settings ([ssh], [slurm], ...), kept in the spec by
+// table without the core knowing their types. A backend's struct names its
+// table (`static constexpr std::string_view kTable = "ssh"`); its schema rows
+// write it (`spec.backend_settings.edit<ssh::Settings>()`) and the backend
+// reads it (`get<ssh::Settings>()`: the defaults when none was given).
+class BackendSettings {
+ public:
+  template <class T>
+  T& edit() {
+    auto& slot = tables_[std::string(T::kTable)];
+    if (!slot.has_value()) slot = T{};
+    return std::any_cast<T&>(slot);
+  }
+  template <class T>
+  const T& get() const {
+    static const T defaults{};
+    auto it = tables_.find(T::kTable);
+    return it == tables_.end() ? defaults : std::any_cast<const T&>(it->second);
+  }
 
-// [slurm]: read and validated now, used by the slurm backend (issue 7).
-struct SlurmSpec {
-  std::string partition;
-  std::string account;
-  std::string qos;
-  std::string constraint;
-  std::string reservation;
-  std::string pool;  // "", "reserved", "on-demand"
-  std::string reserved_partition;
-  std::string reserved_qos;
-  std::string on_demand_partition;
-  std::string on_demand_qos;
-  std::vector<std::string> extra_args;  // passed to salloc/srun as they are
+ private:
+  std::map<std::string, std::any, std::less<>> tables_;
 };
 
 // [rendezvous]: master_port works today; the rest is for many nodes (issue 5).
@@ -119,8 +109,7 @@ struct JobSpec {
   std::string restart_backoff = "1s";  // before the first restart, doubled each time, at most 60s
   std::string log_dir;                 // "" means $SGPU_HOME/runs
   env::Environment env;                // variables for every rank
-  SshSpec ssh;
-  SlurmSpec slurm;
+  BackendSettings backend_settings;    // [ssh], [slurm]: each backend's, typed by it
   RendezvousSpec rendezvous;
   MlflowSpec mlflow;
   PreflightSpec preflight;

@@ -68,9 +68,15 @@ struct KeyInfo {
 };
 
 // The whole schema, in the order --help and error messages list it: sgpu's
-// own keys, then each backend's table. Assembled by the backend registry
-// (backends/registry.cpp), which knows every backend.
+// own keys, then each backend's table in the order the backends registered.
 const std::vector<KeyInfo>& spec_keys();
+
+// A backend joins the schema: its flag name becomes a valid --backend, and
+// its table's rows (which may be none) are marked as its own, so settings
+// for another backend are noted. The backend registry calls it for every
+// backend it lists (backends/registry.cpp); before a spec that uses them is
+// read. Pointers from find_key() do not outlive it.
+void add_backend_keys(std::string_view backend, std::vector<KeyInfo> keys);
 
 // sgpu's own keys: [job], [resources], [env], [timeouts], [output], [rendezvous].
 std::vector<KeyInfo> core_spec_keys();
