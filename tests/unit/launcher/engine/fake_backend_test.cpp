@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
 #include <csignal>
@@ -13,15 +15,14 @@
 #include <fstream>
 #include <memory>
 
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
 #include "sgpu/launcher/launch.hpp"
-#include "sgpu/rendezvous/client.hpp"
+#include "sgpu/launcher/spec/spec_load.hpp"
+#include "unit/backends/fake/fake_backend.hpp"
 
 using namespace sgpu::launcher;
 namespace rdzv = sgpu::rendezvous;
@@ -30,139 +31,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<int> finish_codes;  // every Finish the fake nodes got: their agents' exit codes
-int stacks_asked = 0;           // Inspect{Stacks} the fake nodes got
-
-// One fake node: two ranks that do what `behaviour` says once the job starts.
-struct FakeNode : rdzv::ClientHandler {
-  boost::asio::io_context& io;
-  std::string behaviour;  // "ok", "fail3", "hang", "vanish"
-  std::string name;
-  int node_rank;
-  std::unique_ptr<rdzv::RendezvousClient> client;
-  rdzv::Assign assign;
-  int running = 0;
-  bool done = false;
-
-  FakeNode(boost::asio::io_context& io_, std::string b, std::string n, int k)
-      : io(io_), behaviour(std::move(b)), name(std::move(n)), node_rank(k) {}
-
-  rdzv::Join on_welcome(const rdzv::Welcome&) override {
-    rdzv::Join j;
-    j.name = name;
-    j.hostname = name;
-    j.local_ranks = 2;
-    j.node_rank = node_rank;
-    return j;
-  }
-  std::optional<rdzv::Ready> on_assign(const rdzv::Assign& a) override {
-    assign = a;
-    return rdzv::Ready{a.node_rank == 0 ? 29500U : 0U, ""};  // node 0 names MASTER_PORT (nothing listens: no rank runs)
-  }
-  void on_start(const rdzv::Start&) override {
-    for (std::uint32_t r = 0; r < 2; ++r)
-      client->send(rdzv::RankStarted{assign.rank_base + r, 1000 + static_cast<int>(r)});
-    running = 2;
-    if (behaviour == "ok") {
-      exit_rank(assign.rank_base, sgpu::env::ExitStatus::exited(0), false);
-      exit_rank(assign.rank_base + 1, sgpu::env::ExitStatus::exited(0), false);
-    } else if (behaviour == "fail3") {
-      exit_rank(assign.rank_base, sgpu::env::ExitStatus::exited(3), false);
-    } else if (behaviour == "vanish") {
-      // The node's agent dies: its connection closes with nothing said.
-      boost::asio::post(io, [this] { client.reset(); });
-    }
-  }
-  void exit_rank(std::uint32_t rank, sgpu::env::ExitStatus status, bool by_sgpu) {
-    client->send(rdzv::RankExited{rank, status, by_sgpu});
-    if (--running == 0 && !done) {
-      done = true;
-      client->send(rdzv::NodeDone{});
-    }
-  }
-  void on_message(rdzv::Message&& m) override {
-    if (const auto* ask = std::get_if<rdzv::Inspect>(&m)) {
-      // As an agent answers: its ranks never printed ("hang"), so their
-      // progress is as old as the job; "busy" ranks print all the time.
-      rdzv::Inspection answer{ask->id, behaviour == "busy" ? 0U : 3600U * 1000U, ""};
-      if (ask->what == rdzv::InspectWhat::Stacks) {
-        ++stacks_asked;
-        nlohmann::json ranks = nlohmann::json::array();
-        for (std::uint32_t r = 0; r < 2; ++r) {
-          bool odd = behaviour == "stuck" && r == 1;
-          nlohmann::json frame = {
-              {"name", odd ? "load_batch" : "all_reduce"},
-              {"file", odd ? "train.py" : "distributed_c10d.py"},
-              {"path", odd ? "/job/train.py" : "/usr/lib/python3/dist-packages/torch/distributed/x.py"},
-              {"line", odd ? 12 : 1536}};
-          ranks.push_back(
-              {{"rank", assign.rank_base + r},
-               {"host", name},
-               {"pid", 1000 + r},
-               {"tool", "py-spy"},
-               {"error", nullptr},
-               {"threads", {{{"name", "MainThread"}, {"tid", 1000 + r}, {"main", true}, {"frames", {frame}}}}}});
-        }
-        answer.stacks = ranks.dump();
-      }
-      client->send(answer);
-      return;
-    }
-    if (const auto* finish = std::get_if<rdzv::Finish>(&m)) {
-      finish_codes.push_back(finish->exit_code);  // the code this node's agent would exit with
-      client->close();
-      return;
-    }
-    const auto* sig = std::get_if<rdzv::Signal>(&m);
-    if (sig == nullptr || sig->mode == rdzv::SignalMode::Forward || done) return;
-    // Every rank still running dies of the signal, as a real agent's would.
-    for (std::uint32_t r = assign.rank_base + (behaviour == "fail3" ? 1 : 0); r < assign.rank_base + 2; ++r)
-      exit_rank(r, sgpu::env::ExitStatus::killed(sig->signal), true);
-  }
-  void on_lost(const std::string&, int) override {}
-};
-
-std::vector<std::string> g_behaviours;  // what the fake backend's nodes do, by node rank
-
-class FakeBackend : public Backend {
- public:
-  void check(LaunchContext&) override {}
-  PlannedLayout describe(const LaunchContext&) override { return {{{"fake-0", std::nullopt}}, "", {}}; }
-  BackendRun run(LaunchContext& ctx, const ObserverFactory& observe) override {
-    auto& io = *ctx.io;
-    ClusterOptions o;
-    o.nnodes = static_cast<int>(g_behaviours.size());
-    for (int k = 0; k < o.nnodes; ++k) o.node_names.push_back("fake-" + std::to_string(k));
-    o.listen = rdzv::Endpoint{"127.0.0.1", 0};
-    o.join_timeout = 10s;
-    o.notice = [](const std::string&) {};
-    // What only this backend knows: a vanished node's ending means 77; it
-    // learns it a moment later, as ssh learns a session's end.
-    auto settle_later = std::make_shared<boost::asio::steady_timer>(io);
-    o.refine_end = [settle_later](sgpu::env::JobEnd& end, std::function<void()> settled) {
-      if (end.kind != sgpu::env::JobEnd::Kind::NodeLost) return settled();
-      settle_later->expires_after(50ms);
-      settle_later->async_wait([&end, settled](boost::system::error_code) {
-        end.cause_code = 77;
-        settled();
-      });
-    };
-    ClusterJob job(io, ctx.spec, o, ctx.inherited, ctx.cwd);
-    ctx.run_id = job.run_id();
-    ctx.run_dir = job.run_dir();
-    std::vector<std::unique_ptr<FakeNode>> nodes;
-    for (int k = 0; k < o.nnodes; ++k) {
-      auto node = std::make_unique<FakeNode>(io, g_behaviours[static_cast<std::size_t>(k)], o.node_names[k], k);
-      node->client = std::make_unique<rdzv::RendezvousClient>(
-          io, rdzv::ClientOptions{rdzv::Endpoint{"127.0.0.1", job.port()}, 10s, 10s}, job.secret(), *node);
-      node->client->start();
-      nodes.push_back(std::move(node));
-    }
-    return {job.run(observe), {}};
-  }
-  void release(int exit_code) override { released = exit_code; }
-  static inline std::optional<int> released;
-};
+// The backend's one registry line, before its first spec is read.
+const bool kRegistered = (register_backend(fake::info()), true);
 
 // The engine prints the console and the report; the test reads summary.json.
 struct Quiet {
@@ -187,79 +57,87 @@ struct Run {
   double seconds = 0;
 };
 
-Run launch_fake(std::vector<std::string> behaviours, const std::string& timeout = "1m",
-                const std::string& hang_timeout = "none") {
-  static bool registered = false;
-  if (!registered) {
-    register_backend({.name = "fake", .flag_name = "fake", .make = []() -> std::unique_ptr<Backend> {
-                        return std::make_unique<FakeBackend>();
-                      }});
-    registered = true;
-  }
-  g_behaviours = std::move(behaviours);
-  finish_codes.clear();
-  stacks_asked = 0;
-  auto root = fs::temp_directory_path() / ("sgpu-fake-" + std::to_string(::getpid()));
+// A spec as `sgpu launch --backend fake --set ...` makes it: through the
+// schema, where the backend's own table was registered.
+LaunchRequest fake_request(const std::vector<std::string>& sets, const fs::path& root) {
+  std::vector<std::string> all = {"resources.backend=fake", "job.entrypoint=fake-program", "job.no_python=true",
+                                  "timeouts.grace=5s", "output.log_dir=" + root.string()};
+  all.insert(all.end(), sets.begin(), sets.end());
   LaunchRequest req;
-  req.resolved.spec.entrypoint = {sgpu::env::Entrypoint::Kind::Executable, "fake-program", {}};
-  req.resolved.spec.backend = "fake";
-  req.resolved.spec.origins["resources.backend"] = "--backend fake";
-  req.resolved.spec.timeout = timeout;
-  req.resolved.spec.hang_timeout = hang_timeout;
-  req.resolved.spec.grace = "5s";
-  req.resolved.spec.log_dir = root.string();
+  req.resolved = resolve_spec({set_layer(all)});
   req.cwd = fs::current_path().string();
-  FakeBackend::released.reset();
+  return req;
+}
+
+nlohmann::json read_summary(const fs::path& root) {
+  nlohmann::json summary;
+  for (const auto& dir : fs::directory_iterator(root)) {
+    std::ifstream s(dir.path() / "summary.json");
+    if (s) summary = nlohmann::json::parse(s);
+  }
+  return summary;
+}
+
+Run launch_with(const std::vector<std::string>& sets) {
+  CHECK(kRegistered);
+  fake::record() = {};
+  auto root = fs::temp_directory_path() / ("sgpu-fake-" + std::to_string(::getpid()));
+  auto req = fake_request(sets, root);
   Run run;
   auto t0 = std::chrono::steady_clock::now();
   {
     Quiet quiet;
     std::signal(SIGPIPE, SIG_IGN);
-    run.code = launch(req);
+    try {
+      run.code = launch(req);
+    } catch (const sgpu::Error& e) {
+      run.code = e.exit_code();
+    }
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (const auto& dir : fs::directory_iterator(root)) {
-    std::ifstream s(dir.path() / "summary.json");
-    if (s) run.summary = nlohmann::json::parse(s);
-  }
+  run.summary = read_summary(root);
   fs::remove_all(root);
   return run;
+}
+
+Run launch_fake(const std::string& nodes, const std::string& timeout = "1m", const std::string& hang_timeout = "none") {
+  return launch_with({"fake.nodes=" + nodes, "timeouts.timeout=" + timeout, "timeouts.hang_timeout=" + hang_timeout});
 }
 
 }  // namespace
 
 TEST_CASE("engine: a registered backend runs jobs with one job control and one exit code") {
   SUBCASE("every rank exits 0") {
-    auto run = launch_fake({"ok", "ok"});
+    auto run = launch_fake("ok,ok");
     CHECK(run.code == 0);
     CHECK(run.summary["exit_code"] == 0);
     CHECK(run.summary["status"] == "completed");
-    CHECK(FakeBackend::released == 0);
+    CHECK(fake::record().released == 0);
   }
   SUBCASE("fail-fast: the first failure stops every node and its code is sgpu's") {
-    auto run = launch_fake({"hang", "fail3"});
+    auto run = launch_fake("hang,fail3");
     CHECK(run.code == 3);
-    CHECK(finish_codes == std::vector<int>{3, 3});
+    CHECK(fake::record().finish_codes == std::vector<int>{3, 3});
     CHECK(run.summary["exit_code"] == 3);
     CHECK(run.summary["status"] == "rank_failed");
     CHECK(run.summary["root_cause"]["rank"] == 2);
     CHECK(run.summary["ranks"][0]["verdict"] == "terminated_by_sgpu");
-    CHECK(FakeBackend::released == 3);
+    CHECK(fake::record().released == 3);
   }
   SUBCASE("the timeout ends a hung job with 124, on time") {
-    auto run = launch_fake({"hang", "hang"}, "1");
+    auto run = launch_fake("hang,hang", "1");
     CHECK(run.code == 124);
     CHECK(run.summary["exit_code"] == 124);
     CHECK(run.summary["status"] == "timed_out");
     CHECK(run.seconds < 5);
-    CHECK(stacks_asked == 2);  // every node was asked where its ranks were before they were stopped
+    CHECK(fake::record().stacks_asked == 2);  // every node was asked where its ranks were before they were stopped
     CHECK(run.summary["root_cause"]["message"].get<std::string>().find("every rank is at the same place") !=
           std::string::npos);
   }
   SUBCASE("--hang-timeout: no progress on any node ends the job as hung, naming the stuck rank and its node") {
-    auto run = launch_fake({"hang", "stuck"}, "1m", "1s");
+    auto run = launch_fake("hang,stuck", "1m", "1s");
     CHECK(run.code == 124);
-    CHECK(finish_codes == std::vector<int>{124, 124});
+    CHECK(fake::record().finish_codes == std::vector<int>{124, 124});
     CHECK(run.summary["status"] == "hung");
     auto message = run.summary["root_cause"]["message"].get<std::string>();
     CHECK(message.find("no rank made progress for 1s") != std::string::npos);
@@ -267,19 +145,105 @@ TEST_CASE("engine: a registered backend runs jobs with one job control and one e
     CHECK(run.seconds < 5);
   }
   SUBCASE("--hang-timeout: a node whose ranks make progress keeps the job going") {
-    auto run = launch_fake({"busy", "busy"}, "2", "1s");
+    auto run = launch_fake("busy,busy", "2", "1s");
     CHECK(run.code == 124);
     CHECK(run.summary["status"] == "timed_out");  // the timeout ended it, not the hang check
   }
   SUBCASE("a lost node ends the job; the backend's word on it is the exit code, the agents' too") {
-    auto run = launch_fake({"hang", "vanish"});
+    auto run = launch_fake("hang,vanish");
     CHECK(run.code == 77);
-    CHECK(finish_codes == std::vector<int>{77});  // the node left heard the explained code, not 1
+    CHECK(fake::record().finish_codes == std::vector<int>{77});  // the node left heard the explained code, not 1
     CHECK(run.summary["exit_code"] == 77);
     CHECK(run.summary["status"] == "node_lost");
     CHECK(run.summary["root_cause"]["message"].get<std::string>().find("fake-1") != std::string::npos);
-    CHECK(FakeBackend::released == 77);
+    CHECK(fake::record().released == 77);
   }
+}
+
+TEST_CASE("engine: a new backend's own settings, restarts, signals, a failed start and the preflight") {
+  SUBCASE("its [fake] table is in the schema, marked as its own, and typed by it") {
+    const KeyInfo* key = find_key("fake.lost_code");
+    REQUIRE(key != nullptr);
+    CHECK(key->backend == "fake");
+    auto req = fake_request({"fake.nodes=ok,vanish", "fake.lost_code=9"}, "/nonexistent");
+    CHECK(req.resolved.spec.backend_settings.get<fake::Settings>().nodes == std::vector<std::string>{"ok", "vanish"});
+    CHECK_THROWS_WITH_AS(fake_request({"fake.lost_code=0"}, "/nonexistent"), doctest::Contains("fake.lost_code"),
+                         sgpu::Error);
+    CHECK_THROWS_WITH_AS(fake_request({"fake.node=ok"}, "/nonexistent"), doctest::Contains("fake.nodes"), sgpu::Error);
+  }
+  SUBCASE("its own setting decides the code of a lost node") {
+    auto run = launch_with({"fake.nodes=hang,vanish", "fake.lost_code=9"});
+    CHECK(run.code == 9);
+    CHECK(fake::record().finish_codes == std::vector<int>{9});
+  }
+  SUBCASE("a failed attempt restarts every node, and the second attempt's end is the run's") {
+    auto run = launch_with({"fake.nodes=flaky,ok", "job.max_restarts=1", "job.restart_backoff=0.01s"});
+    CHECK(run.code == 0);
+    CHECK(fake::record().attempts_started == 4);
+    CHECK(run.summary["status"] == "completed");
+    CHECK(run.summary["attempts"].size() == 2);
+    CHECK(fake::record().finish_codes == std::vector<int>{0, 0});
+  }
+  SUBCASE("a signal to sgpu stops every node; 128+N is every node's code and sgpu's") {
+    // Node 1 stands for the user: SIGTERM to sgpu once its ranks started.
+    auto run = launch_with({"fake.nodes=hang,sigterm"});
+    CHECK(run.code == 143);
+    CHECK(fake::record().finish_codes == std::vector<int>{143, 143});
+    CHECK(run.summary["exit_code"] == 143);
+  }
+  SUBCASE("a backend that fails before any node starts: its code, a not-started summary in the engine's run") {
+    auto run = launch_with({"fake.nodes=ok", "fake.unreachable=true"});
+    CHECK(run.code == 255);
+    CHECK(fake::record().released == 255);
+    REQUIRE(fake::record().run_dir.has_value());  // the engine made the run before the backend ran
+    CHECK(run.summary["status"] == "not_started");
+    CHECK(run.summary["exit_code"] == 255);
+    CHECK(fake::record().attempts_started == 0);
+  }
+  SUBCASE("--preflight-only: every node checks its GPUs, the launcher judges, no rank starts") {
+    auto run = launch_with({"fake.nodes=ok,ok", "preflight.only=true"});
+    // Whatever this machine's driver says of the GPUs (3 without one):
+    // every node hears the verdict's code, which is sgpu's.
+    CHECK((run.code == 0 || run.code == 1 || run.code == 3));
+    CHECK(fake::record().finish_codes == std::vector<int>{run.code, run.code});
+    CHECK(fake::record().attempts_started == 0);
+    CHECK(fake::record().released == run.code);
+    CHECK(run.summary["status"] == "not_started");
+  }
+}
+
+TEST_CASE("engine: a new backend that declares it detaches runs in the background with no engine change") {
+  REQUIRE(kRegistered);
+  auto root = fs::temp_directory_path() / ("sgpu-fake-detach-" + std::to_string(::getpid()));
+  auto req = fake_request({"fake.nodes=ok,ok", "output.detach=true", "timeouts.timeout=1m"}, root);
+  // The detached run is a grandchild of this process: made our child as a
+  // subreaper, so its end is seen here.
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  pid_t launcher = ::fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {
+    Quiet quiet;
+    int code = 1;
+    try {
+      code = launch(req);  // the caller's side exits 0 inside, once the run is listed
+    } catch (...) {
+    }
+    ::_exit(code);  // the background run's own end
+  }
+  int status = 0;
+  REQUIRE(::waitpid(launcher, &status, 0) == launcher);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  int run_status = 0;
+  pid_t run = ::waitpid(-1, &run_status, 0);  // the background run
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  CHECK(run > 0);
+  CHECK(run != launcher);
+  CHECK(WIFEXITED(run_status));
+  CHECK(WEXITSTATUS(run_status) == 0);
+  auto summary = read_summary(root);
+  CHECK(summary["status"] == "completed");
+  fs::remove_all(root);
 }
 
 TEST_CASE("engine: choose_backend") {
