@@ -204,6 +204,28 @@ def test_a_signal_to_an_agent_stops_the_whole_job_and_names_its_node(sgpu, rdzv,
     assert all_dead(pids)
 
 
+def test_an_agent_signalled_again_once_its_ranks_ended_exits_with_the_launchers_code(sgpu, rdzv, out):
+    # SLURM signals a step's tasks SIGTERM, SIGCONT, SIGTERM: the second can
+    # come once the agent's ranks have ended, while it waits for the launcher's
+    # verdict (here node 0's rank takes 3 s to stop). It must not end the
+    # agent with another code than the launcher's.
+    endpoint, secret = rdzv
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    slow_stop = WRITE_PID + """[ "$RANK" = 1 ] && exec sleep 60; trap 'kill $c; sleep 3; exit 0' TERM; sleep 60 & c=$!; wait"""
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, "--nproc", 1, "--no-python", "sh", "-c", slow_stop, env=env)
+    a1 = agent(sgpu, endpoint, secret, "--node-name", "nodeb", env=env)
+    pids = read_pids(out, range(2))
+    a1.send_signal(signal.SIGTERM)
+    assert all_dead([pids[1]], timeout=2)
+    time.sleep(0.5)  # the agent's ranks are reaped; it waits for the verdict
+    a1.send_signal(signal.SIGTERM)
+    _, e0 = n0.communicate(timeout=30)
+    _, e1 = a1.communicate(timeout=30)
+    assert n0.returncode == 143, e0
+    assert a1.returncode == 143, e1
+    assert_one_exit_code(143, home=sgpu.env)
+
+
 def test_the_timeout_reaches_every_node(sgpu, rdzv):
     endpoint, secret = rdzv
     n0 = static_node(sgpu, 2, 0, endpoint, secret, "--timeout", "2s", "--nproc", 1, "--no-python", "sleep", "60")

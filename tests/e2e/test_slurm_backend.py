@@ -397,9 +397,14 @@ def test_slurms_time_limit_ends_the_job_with_124(time_limited_run):
     assert newest_summary(home)["status"] == "stopped_by_scheduler"
     assert re.search(r"SLURM's time limit ended job \d+.*\(exit code 124\)", err), err
     assert 55 < time.monotonic() - started < 200
-    # slurm.log keeps how the srun step itself ended, beside srun's lines.
+    # What a user compares with sgpu's code: slurm.log keeps srun's lines (how
+    # SLURM saw each node's agent end) and how the srun step itself ended. SLURM
+    # signals a step's tasks SIGTERM, SIGCONT, SIGTERM: every agent waits out
+    # the repeat for the launcher's verdict, and srun ends as its agents did.
     log = (pathlib.Path(newest_summary(home)["run_dir"]) / "slurm.log").read_text()
-    assert re.search(r"^sgpu: srun exited: ", log, re.M), log
+    agents = re.findall(r"^srun: error: (\S+): tasks? [\d,-]+: (.*)$", log, re.M)
+    assert agents == [("node4", "Exited with exit code 124")], log
+    assert re.findall(r"^sgpu: srun exited: (.*)$", log, re.M) == ["exit 124"], log
 
 
 def test_preflight_inside_an_allocation_checks_every_nodes_gpus_first(slurm_cluster, cluster_env, sgpu, tmp_path):

@@ -11,10 +11,12 @@
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
 
 #include <fmt/format.h>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/exit_code.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/devices/topology.hpp"
 #include "sgpu/launcher/io/print.hpp"
@@ -76,6 +78,16 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   std::unique_ptr<Supervisor> supervisor;
   std::unique_ptr<preflight::NodePreflight> preflight;  // --preflight, between Assign and Start
   bool ranks_finished = false;
+  // The signals that would end this process (SIGINT, SIGTERM, SIGHUP,
+  // SIGUSR1/2), held from its ranks' first start to its end: the
+  // Supervisor's JobControl lets go of them as its ranks end (Asio then
+  // restores the default action), but the agent lives on until the
+  // launcher's verdict, and SLURM signals a step's tasks more than once
+  // (SIGTERM, SIGCONT, SIGTERM): a later one must not end it with another
+  // code than the launcher's.
+  std::optional<asio::signal_set> held;
+  bool supervising = false;      // a Supervisor's JobControl owns the signals now
+  std::optional<int> signalled;  // a stop signal that came while it did not
   std::optional<AgentResult> lost;
   bool done = false;
   std::optional<asio::posix::stream_descriptor> session;  // --watch-stdin: a copy of fd 0
@@ -232,6 +244,15 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   // The launcher's word after a failed attempt: this node's ranks again.
   void restart(const rdzv::Restart& r) {
     if (!ranks_finished || lost || done) return;  // it only comes once every node said NodeDone
+    if (signalled) {
+      // Told to stop between attempts: this node takes no other one, and
+      // says so (before the signals were held, the signal ended the agent).
+      auto message = fmt::format("node {}: {} between attempts", options.node_name, env::signal_name(*signalled));
+      client.send(rdzv::Abort{message, 128 + *signalled});
+      client.close();
+      finish({128 + *signalled, message, false});
+      return;
+    }
     if (next_port && static_cast<std::uint32_t>(next_port->port()) == r.master_port)
       master_port = std::exchange(next_port, std::nullopt);  // the old port is let go only now
     next_port.reset();
@@ -281,8 +302,27 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     control.signal_before_once = true;  // from SLURM's --signal or the launcher, the ranks get it once
     control.end_by = run_deadline();    // SGPU_DEADLINE; the launcher alone stops the job at it
     control.repeat_signal_kills = options.repeat_signal_kills;
+    supervision.on_end = [this] { supervising = false; };
+    if (control.handle_signals && !held) hold_signals();
     supervisor = std::make_unique<Supervisor>(io, *this, supervision);
+    supervising = true;
     supervisor->start(launches, [this](const JobOutcome&) { on_ranks_finished(); });
+  }
+
+  void hold_signals() {
+    held.emplace(io);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) held->add(sig);
+    await_signal();
+  }
+
+  // While the ranks run their JobControl acts on a signal; after they ended
+  // a stop signal only rules out another attempt (restart()).
+  void await_signal() {
+    held->async_wait([this](boost::system::error_code ec, int sig) {
+      if (ec || done) return;
+      if (!supervising && sig != SIGUSR1 && sig != SIGUSR2) signalled = sig;
+      await_signal();
+    });
   }
 
   void on_message(rdzv::Message&& message) override {
@@ -397,10 +437,10 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     preflight.reset();  // a rendezvous that ended during the preflight: its workers go
     master_port.reset();
     next_port.reset();
-    if (session) {
-      boost::system::error_code ignored;
-      session->close(ignored);
-    }
+    boost::system::error_code ignored;
+    if (session) session->close(ignored);
+    // Its waits go, so the loop can end; the signals stay held until the agent does.
+    if (held) held->cancel(ignored);
     if (on_done) on_done(result);
   }
 

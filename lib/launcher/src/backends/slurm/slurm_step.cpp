@@ -105,8 +105,10 @@ AgentStepProcess::AgentStepProcess(boost::asio::io_context& io, const std::vecto
   impl_->proc.emplace(std::move(proc));
   impl_->out.start();
   impl_->err.start();
-  impl_->proc->async_wait([impl = impl_.get()](bp::error_code wait_ec, int status) {
-    impl->wait_status = wait_ec ? (255 << 8) : status;
+  // The completion's int is Boost's evaluated code (an exit code, or a
+  // signal's number): the wait status is native_exit_code().
+  impl_->proc->async_wait([impl = impl_.get()](bp::error_code wait_ec, int) {
+    impl->wait_status = wait_ec ? (255 << 8) : impl->proc->native_exit_code();
     impl->maybe_exited();
   });
 }
@@ -152,8 +154,8 @@ void run_slurm_command(boost::asio::io_context& io, const std::vector<std::strin
   q->proc.emplace(std::move(proc));
   q->self = q;
   q->out.start();
-  q->proc->async_wait([q = q.get()](bp::error_code wait_ec, int status) {
-    q->status = wait_ec ? (255 << 8) : status;
+  q->proc->async_wait([q = q.get()](bp::error_code wait_ec, int) {
+    q->status = wait_ec ? (255 << 8) : q->proc->native_exit_code();
     q->finish();
   });
 }

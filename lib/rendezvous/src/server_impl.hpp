@@ -1,0 +1,117 @@
+#pragma once
+// The rendezvous server's state (internal to lib/rendezvous), shared by its
+// two halves: server_admission.cpp lets peers in (accepting, the hello and
+// the secret's proof, refusals, every connection's liveness and the
+// heartbeats); server.cpp runs the job's nodes (join, node ranks, readiness,
+// the start, the run's messages, a lost node, the end).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "sgpu/env/duration.hpp"
+#include "sgpu/rendezvous/framed_socket.hpp"
+#include "sgpu/rendezvous/refusals.hpp"
+#include "sgpu/rendezvous/server.hpp"
+
+namespace sgpu::rendezvous {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+
+inline std::string seconds_text(std::chrono::milliseconds d) {
+  return env::format_duration(std::chrono::duration_cast<env::Seconds>(d));
+}
+
+struct RendezvousServer::Impl {
+  enum class Phase { Joining, Preparing, Running, Finishing, Stopped };
+  enum class State { Hello, Auth, Join, Joined, Assigned, Ready, Running, Done };
+
+  struct Peer {
+    std::uint64_t id = 0;
+    std::shared_ptr<FramedSocket> socket;
+    State state = State::Hello;
+    Nonce client_nonce{};
+    Nonce server_nonce{};
+    Join join;
+    std::uint32_t node_rank = 0;
+    std::uint32_t rank_base = 0;
+    std::uint32_t master_port = 0;
+    std::string preflight;   // Ready's report
+    bool lost_said = false;  // on_node_lost was called for it
+    SteadyClock::time_point accepted;
+    asio::steady_timer liveness;
+    explicit Peer(asio::io_context& io) : liveness(io) {}
+    bool authenticated() const { return state >= State::Join; }
+    std::string label() const {
+      return join.name.empty() ? socket->peer() : fmt::format("{} ({})", join.name, socket->peer());
+    }
+  };
+
+  asio::io_context& io;
+  Secret secret;
+  ServerOptions options;
+  ServerHandler& handler;
+  tcp::acceptor acceptor;
+  asio::steady_timer join_timer;
+  asio::steady_timer heartbeat_timer;
+  asio::steady_timer accept_pause;
+  bool accept_paused_said = false;                        // once per stretch of failed accepts
+  RefusalLog refusals;                                    // peers refused before they authenticated
+  std::shared_ptr<int> token = std::make_shared<int>(0);  // handlers check it is still alive
+  std::unordered_map<std::uint64_t, std::unique_ptr<Peer>> peers;
+  std::vector<Peer*> joined;       // arrival order, until assignment
+  std::vector<Join> joined_joins;  // their joins, side by side: checked on every join without copying
+  std::vector<Peer*> nodes;        // by node rank, after assignment
+  std::uint64_t next_id = 1;
+  std::size_t unauthenticated = 0;
+  std::size_t ready = 0;
+  int bound_port = 0;
+  Phase phase = Phase::Joining;
+
+  Impl(asio::io_context& io_, const Endpoint& bind, Secret s, ServerOptions o, ServerHandler& h);
+
+  std::weak_ptr<int> guard() const { return token; }
+
+  // --- admission (server_admission.cpp) ---
+  void accept();
+  void pause_accepting(const boost::system::error_code& ec);
+  void notice(const Peer& p, const std::string& reason, const std::string& text);
+  void say_unsaid_refusals();
+  void on_accept(tcp::socket socket);
+  SteadyClock::time_point deadline(const Peer& p) const;
+  void arm_liveness(Peer& p);
+  void arm_heartbeat();
+  void erase(Peer& p);
+  void refuse(Peer& p, const std::string& why, const std::string& reason);
+  void refuse_quietly(Peer& p, const std::string& reason);
+  [[noreturn]] static void unexpected(const Message& m, const char* when);
+  void on_hello(Peer& p, const Message& m);
+  void on_auth(Peer& p, const Message& m);
+
+  // --- the job's nodes (server.cpp) ---
+  void start();
+  void forget_join(Peer& p);
+  void drop(Peer& p, const std::string& notice);
+  void lost(Peer& p, const std::string& why);
+  void on_closed(std::uint64_t id, const std::string& why);
+  void on_frame(std::uint64_t id, std::uint8_t raw_type, std::string_view payload);
+  void on_join(Peer& p, Message&& m);
+  void assign();
+  void on_preparing(Peer& p, Message&& m);
+  NodeInfo info(const Peer& n) const;
+  void start_all();
+  void on_running(Peer& p, Message&& m);
+  void on_join_timeout();
+  void close_all(const Message* last);
+  void fail(const std::string& message, int exit_code);
+};
+
+}  // namespace sgpu::rendezvous
