@@ -56,4 +56,13 @@ inline std::vector<std::string> environment_strings(const env::Environment& envi
   return out;
 }
 
+// The strings' pointers, null-terminated; valid while `strings` lives.
+inline std::vector<const char*> c_strings(const std::vector<std::string>& strings) {
+  std::vector<const char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(s.c_str());
+  out.push_back(nullptr);
+  return out;
+}
+
 }  // namespace sgpu::launcher
