@@ -97,7 +97,8 @@ std::string find_on_path(const std::string& name) {
 }
 
 struct ChildProcess::Impl {
-  Impl(const boost::asio::any_io_executor& executor, pid_t child, int fd) : handle(executor, child, fd), pid(child), pidfd(fd) {}
+  Impl(const boost::asio::any_io_executor& executor, pid_t child, int fd)
+      : handle(executor, child, fd), pid(child), pidfd(fd) {}
 
   // The one place a wait's outcome becomes a status: the child is reaped.
   int settle(bp::error_code ec, int wait_status) {
@@ -143,18 +144,34 @@ ChildProcess::ChildProcess(boost::asio::io_context& io, const ChildOptions& opti
   req.parent = options.dies_with_sgpu ? ::getpid() : 0;
   req.new_session = options.own_session;
   start(io, req);
-  if (fds.parent[0] >= 0) in_.assign(fds.take_parent(0));
-  if (fds.parent[1] >= 0) out_.assign(fds.take_parent(1));
-  if (fds.parent[2] >= 0) err_.assign(fds.take_parent(2));
+  try {
+    if (fds.parent[0] >= 0) in_.assign(fds.take_parent(0));
+    if (fds.parent[1] >= 0) out_.assign(fds.take_parent(1));
+    if (fds.parent[2] >= 0) err_.assign(fds.take_parent(2));
+  } catch (...) {
+    kill_and_reap();  // no destructor runs for a half-made ChildProcess
+    throw;
+  }
 }
 
 void ChildProcess::start(boost::asio::io_context& io, const SpawnRequest& request) {
   auto child = spawn_process(request);
   pid_ = child.pid;
-  impl_ = std::make_shared<Impl>(io.get_executor(), child.pid, child.pidfd);
+  try {
+    impl_ = std::make_shared<Impl>(io.get_executor(), child.pid, child.pidfd);
+  } catch (...) {  // the pidfd could not join the loop: the child goes now
+    ::kill(-child.pid, SIGKILL);
+    ::kill(child.pid, SIGKILL);
+    while (::waitpid(child.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    forget_own_child(child.pid);
+    throw;
+  }
 }
 
-ChildProcess::~ChildProcess() {
+ChildProcess::~ChildProcess() { kill_and_reap(); }
+
+void ChildProcess::kill_and_reap() {
   if (!impl_ || impl_->reaped || impl_->detached) return;
   // Never left behind: its group first, with what it started (a
   // ProxyCommand), while its unreaped number still names that group.
@@ -162,6 +179,7 @@ ChildProcess::~ChildProcess() {
   signal(SIGKILL);
   while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
   }
+  impl_->reaped = true;
   forget_own_child(pid_);
 }
 

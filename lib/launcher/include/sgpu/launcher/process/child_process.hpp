@@ -39,8 +39,8 @@ struct ChildStream {
 };
 
 struct ChildOptions {
-  std::vector<std::string> argv;  // argv[0] looked up on the child's PATH (find_on_path)...
-  std::string program;            // ...unless this names the file to run
+  std::vector<std::string> argv;                // argv[0] looked up on the child's PATH (find_on_path)...
+  std::string program;                          // ...unless this names the file to run
   std::optional<env::Environment> environment;  // unset: sgpu's own
   std::string cwd;                              // "": sgpu's own
   ChildStream in, out, err;
@@ -93,6 +93,7 @@ class ChildProcess {
  private:
   struct Impl;
   void start(boost::asio::io_context& io, const SpawnRequest& request);
+  void kill_and_reap();
   boost::asio::writable_pipe in_;
   boost::asio::readable_pipe out_;
   boost::asio::readable_pipe err_;
