@@ -111,8 +111,8 @@ SallocHold::SallocHold(boost::asio::io_context& io, std::vector<std::string> arg
   ChildOptions options{std::move(argv), {}, environment, cwd, ChildStream::pipe(), {}, ChildStream::pipe()};
   options.program = find_on_path(options.argv.at(0), environment);
   if (options.program.empty())
-    throw Error(
-        fmt::format("--backend slurm: '{}' not found on PATH; is this a SLURM login node?", options.argv[0]), 127);
+    throw Error(fmt::format("--backend slurm: '{}' not found on PATH; is this a SLURM login node?", options.argv[0]),
+                127);
   // Its own process group but no PDEATHSIG: salloc must outlive a killed sgpu to release the job.
   options.dies_with_sgpu = false;
   try {
