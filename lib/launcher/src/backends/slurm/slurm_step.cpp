@@ -13,7 +13,7 @@
 namespace sgpu::launcher {
 namespace {
 
-// Starts a SLURM program found on `environment`'s PATH, in its own process
+// Starts a SLURM program found on its environment's PATH, in its own process
 // group and killed if sgpu dies; throws sgpu::Error when it cannot start.
 std::unique_ptr<ChildProcess> start_slurm_program(boost::asio::io_context& io, ChildOptions options) {
   options.program = find_on_path(options.argv.at(0), *options.environment);
