@@ -58,8 +58,9 @@ std::optional<LaunchPlan> Backend::prepare(const LaunchContext& ctx, const RunSt
 const std::vector<BackendInfo>& backends() { return table(); }
 
 void register_backend(const BackendInfo& info) {
+  auto& all = table();  // the built-in backends join the schema first
   join_schema(info);
-  table().push_back(info);
+  all.push_back(info);
 }
 
 const BackendInfo* find_backend(std::string_view name) {

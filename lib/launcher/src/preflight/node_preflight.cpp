@@ -57,9 +57,14 @@ NodePreflight::NodePreflight(boost::asio::io_context& io, PreflightRequest reque
                              std::function<void(std::string)> on_report)
     : impl_(std::make_shared<Impl>()) {
   impl_->on_report = std::move(on_report);
-  if (SharedLibrary nccl("libnccl.so.2"); !nccl.loaded()) {
+  std::string missing;
+  if (SharedLibrary cuda("libcuda.so.1"); !cuda.loaded())
+    missing = "no NVIDIA driver: " + cuda.error();  // the workers could only wait out the time limit
+  else if (SharedLibrary nccl("libnccl.so.2"); !nccl.loaded())
+    missing = "no NCCL: " + nccl.error();
+  if (!missing.empty()) {
     // Nothing to start: the launcher hears it at once (from the loop, as always).
-    boost::asio::post(io, [weak = std::weak_ptr<Impl>(impl_), why = "no NCCL: " + nccl.error()] {
+    boost::asio::post(io, [weak = std::weak_ptr<Impl>(impl_), why = std::move(missing)] {
       if (auto impl = weak.lock()) impl->report({}, why);
     });
     return;

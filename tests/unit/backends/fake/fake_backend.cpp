@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <unistd.h>
+#include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
@@ -78,6 +79,10 @@ struct FakeNode : rdzv::ClientHandler {
     auto request = preflight::preflight_request(spec);
     request.gpus.resize(2);
     request.gpus[1].index = 1;
+    // The workers are sgpu's, as an agent's are: the binary built beside this test.
+    std::error_code ec;
+    auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    request.worker_executable = self.parent_path().parent_path() / "apps" / "sgpu" / "sgpu";
     check = std::make_unique<preflight::NodePreflight>(
         io, std::move(request), static_cast<int>(a.rank_base), static_cast<int>(a.world_size),
         [this](const std::string& id) { client->send(rdzv::PreflightId{id}); },
