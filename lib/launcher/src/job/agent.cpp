@@ -494,19 +494,4 @@ void Agent::start(std::function<void(const AgentResult&)> on_done) {
   impl_->client.start();
 }
 
-AgentResult run_agent(AgentOptions options, rendezvous::Secret secret) {
-  asio::io_context io(1);
-  AgentResult result{1, "the agent ended without a result", false};
-  Agent agent(io, std::move(options), std::move(secret));
-  agent.start([&result](const AgentResult& r) { result = r; });
-  io.run();
-  return result;
-}
-
-int report_agent_result(const AgentResult& result) {
-  if (!result.finished) throw Error(result.message, result.exit_code);
-  if (result.exit_code != 0) diagnostic("sgpu: the run ended: {}\n", result.message);
-  return result.exit_code;
-}
-
 }  // namespace sgpu::launcher

@@ -1,8 +1,8 @@
 #include "sgpu/launcher/job/cluster_job.hpp"
 
 #include "job/node_inquiry.hpp"
+#include "job/preflight_judge.hpp"
 
-#include <sys/resource.h>
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
@@ -20,6 +20,7 @@
 #include "sgpu/launcher/job/job_wire.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/job_control.hpp"
+#include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/launcher/runs/run_state.hpp"
 #include "sgpu/rendezvous/server.hpp"
 
@@ -41,27 +42,7 @@ std::chrono::milliseconds to_ms(env::Seconds s) { return std::chrono::duration_c
 
 Stream local(rdzv::OutputStream s) { return s == rdzv::OutputStream::Out ? Stream::Out : Stream::Err; }
 
-// A launcher holds a connection per node: on big runs the usual soft limit of
-// 1024 open files is too few. Raised only then, so ranks of ordinary runs
-// inherit the limit they always had.
-void allow_connections(int nnodes) {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
-  auto want = static_cast<rlim_t>(nnodes) * 2 + 256;
-  if (lim.rlim_cur >= want) return;
-  lim.rlim_cur = std::min(want, lim.rlim_max);
-  ::setrlimit(RLIMIT_NOFILE, &lim);
-}
-
 }  // namespace
-
-NodeLimits node_limits(const JobSpec& spec) {
-  const auto& r = spec.rendezvous;
-  return {
-      env::parse_limit(r.join_timeout, where_set(spec, "rendezvous.join_timeout", "--join-timeout " + r.join_timeout)),
-      env::parse_limit(r.heartbeat_timeout,
-                       where_set(spec, "rendezvous.heartbeat_timeout", "--heartbeat-timeout " + r.heartbeat_timeout))};
-}
 
 struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   enum class NodeState { Running, Done, Lost };
@@ -70,8 +51,6 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   JobSpec spec;
   ClusterOptions options;
   std::string cwd;
-  std::optional<env::Seconds> timeout;
-  env::Seconds grace{30};
   std::string run_id;
   std::string run_dir;
   rdzv::Secret secret;
@@ -95,8 +74,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   bool finished = false;
   bool stacks_offered = false;  // host.offer_stacks has a taker to withdraw
   std::optional<std::pair<std::string, int>> failure;
-  std::vector<std::optional<preflight::NodeReport>> preflight_reports;  // --preflight, by node rank
-  std::optional<preflight::PreflightResult> preflight_done;             // --preflight-only: the verdict
+  PreflightJudge preflight_judge;  // --preflight: the verdict over every node's report
 
   Impl(asio::io_context& io_, JobSpec s, ClusterOptions o, std::string dir, JobHost& host_)
       : io(io_),
@@ -106,24 +84,14 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
         secret(options.secret ? *options.secret : rdzv::Secret::generate()),
         inquiries(io_, [this](std::uint32_t node, const rdzv::Inspect& ask) { server->send(node, ask); }),
         progress_timer(io_),
-        host(host_) {
+        host(host_),
+        preflight_judge(spec, options.run.dir, options.notice) {
     if (options.nnodes < 1) throw Error(fmt::format("--nnodes {}: must be at least 1", options.nnodes));
-    allow_connections(options.nnodes);
+    allow_node_connections(options.nnodes);
     if (!options.notice) options.notice = [](const std::string& text) { diagnostic("sgpu: {}\n", text); };
-    timeout = env::parse_duration(spec.timeout, "--timeout");
-    auto g = env::parse_duration(spec.grace, "--grace");
-    if (!g) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
-    grace = *g;
-    auto restarts = restart_policy(spec);
     run_id = options.run.id;
     run_dir = options.run.dir;
-    JobControlOptions control_options{timeout, grace, true, restarts.max_restarts, restarts.backoff};
-    control_options.stop_signal = spec.stop_signal;
-    control_options.signal_before = spec.signal_before;
-    control_options.end_by = options.end_by;
-    control_options.hang_timeout = env::parse_duration(spec.hang_timeout, "--hang-timeout");
-    control_options.cancel_marker = (std::filesystem::path(run_dir) / kRunCancelFile).string();
-    control = std::make_unique<JobControl>(io, control_options, *this);
+    control = std::make_unique<JobControl>(io, ClusterJob::control_options(spec, options), *this);
     rdzv::ServerOptions so;
     so.nnodes = static_cast<std::uint32_t>(options.nnodes);
     so.expected_names = options.node_names;
@@ -158,37 +126,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   std::optional<rdzv::Message> on_node_ready(const rdzv::NodeInfo& node, std::size_t ready,
                                              std::uint32_t nnodes) override {
     if (!spec.preflight.enabled) return std::nullopt;
-    if (preflight_reports.size() < nnodes) preflight_reports.resize(nnodes);
-    preflight_reports[node.node_rank] = preflight::NodeReport{node.name, node.preflight};
-    std::vector<preflight::NodeReport> reports;
-    for (const auto& r : preflight_reports) {
-      if (r) reports.push_back(*r);
-    }
-    bool complete = ready == nnodes;
-    auto result = preflight::combine_reports(reports, preflight::preflight_request(spec), complete);
-    // Early, only what stops the all-reduce (a node's workers failed, or it
-    // has no NCCL): the others' workers would wait for it. A GPU's health is
-    // judged with every node's report.
-    if (!complete && result.status != preflight::PreflightResult::Status::unavailable &&
-        result.allreduce.verdict != preflight::Verdict::fail)
-      return std::nullopt;
-    auto report = (std::filesystem::path(run_dir) / "preflight.json").string();
-    try {
-      preflight::keep_report(result, run_dir);
-    } catch (const Error& e) {
-      options.notice(fmt::format("warning: {}", e.what()));
-    }
-    auto refusal = preflight::launch_refusal(result, report);
-    if (spec.preflight.only) {  // the check was the job: every node ends here
-      auto code = preflight::preflight_exit_code(result);
-      auto headline = preflight::preflight_headline(result);
-      preflight_done = std::move(result);
-      if (refusal) return rdzv::Abort{refusal->what(), refusal->exit_code()};
-      return rdzv::Finish{code, headline};
-    }
-    if (refusal) return rdzv::Abort{refusal->what(), refusal->exit_code()};
-    options.notice(preflight::preflight_headline(result));
-    return std::nullopt;
+    return preflight_judge.on_report(node, ready, nnodes);
   }
 
   void arm_progress(std::chrono::seconds after) {
@@ -538,41 +476,6 @@ void ClusterJob::node_failed(int node_rank, const std::string& why, std::optiona
   s.lose(static_cast<std::uint32_t>(node_rank), why, code);
 }
 
-LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, const std::string& run_dir,
-                                const std::string& cwd, const std::vector<NodePlacement>& nodes,
-                                const std::string& master_addr, int master_port) {
-  LaunchPlan plan;
-  plan.run_id = run_id;
-  plan.run_dir = run_dir;
-  plan.cwd = cwd;
-  // Each node resolves the program on its own PATH; the plan shows the name asked for.
-  plan.executable = program_name(spec);
-  plan.argv = env::build_argv(spec.entrypoint, plan.executable);
-  plan.gpu_type = spec.gpu_type;
-  plan.master_addr = master_addr;
-  plan.master_port = master_port;
-  plan.timeout = env::parse_duration(spec.timeout, "--timeout");
-  if (auto g = env::parse_duration(spec.grace, "--grace")) plan.grace = *g;
-  int world = 0;
-  for (const auto& n : nodes) world += n.ranks;
-  auto nnodes = static_cast<int>(nodes.size());
-  for (const auto& n : nodes) {
-    for (int local = 0; local < n.ranks; ++local) {
-      RankPlan rank;
-      int global = n.first_rank + local;
-      rank.place = {global, local, world, n.ranks, n.node_rank, nnodes};
-      rank.host = n.host;
-      auto dir = fs::path(run_dir) / "ranks" / std::to_string(global);
-      rank.files.error_file = (dir / "error.json").string();
-      rank.files.result_file = (dir / "result").string();
-      plan.ranks.push_back(std::move(rank));
-    }
-  }
-  std::sort(plan.ranks.begin(), plan.ranks.end(),
-            [](const RankPlan& a, const RankPlan& b) { return a.place.rank < b.place.rank; });
-  return plan;
-}
-
 JobOutcome ClusterJob::run() {
   auto& s = *impl_;
   s.control->watch_signals();
@@ -583,7 +486,7 @@ JobOutcome ClusterJob::run() {
       [&s](bool native, std::function<void(const Inspection&)> done) { s.take_stacks(native, std::move(done), ""); });
   s.io.run();
   s.io.restart();
-  if (s.preflight_done) throw preflight::PreflightDone(std::move(*s.preflight_done));
+  if (auto done = s.preflight_judge.take_only_result()) throw preflight::PreflightDone(std::move(*done));
   if (s.failure) throw Error(s.failure->first, s.failure->second);
   return s.outcome;
 }

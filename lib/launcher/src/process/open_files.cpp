@@ -55,4 +55,13 @@ rlimit raise_open_files_limit(int ranks) {
   return before;
 }
 
+void allow_node_connections(int nnodes) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  auto want = static_cast<rlim_t>(nnodes) * 2 + 256;
+  if (lim.rlim_cur >= want) return;
+  lim.rlim_cur = std::min(want, lim.rlim_max);
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+}
+
 }  // namespace sgpu::launcher

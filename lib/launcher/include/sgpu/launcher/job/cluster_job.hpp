@@ -28,6 +28,7 @@
 #include "sgpu/launcher/job/job_host.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/process/events.hpp"
+#include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
 #include "sgpu/launcher/stacks/stacks.hpp"
@@ -115,6 +116,11 @@ class ClusterJob {
   // ranks with their host, the run directory, the rendezvous's
   // MASTER_ADDR/PORT); an sgpu::Error it throws ends the run on every node.
   JobOutcome run();
+
+  // The job's JobControl settings from the spec (--timeout, --grace,
+  // restarts, stopping, --hang-timeout) and the backend's end_by. Throws
+  // sgpu::Error for a --grace of none. Pure.
+  static JobControlOptions control_options(const JobSpec& spec, const ClusterOptions& options);
 
   // The job-wide plan the factory gets, from the nodes' placement. Pure.
   static LaunchPlan job_plan(const JobSpec& spec, const std::string& run_id, const std::string& run_dir,

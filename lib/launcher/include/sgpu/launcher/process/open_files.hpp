@@ -22,4 +22,9 @@ void check_open_files_limit(int ranks);
 // had before. Throws sgpu::Error when even the hard limit is too low.
 rlimit raise_open_files_limit(int ranks);
 
+// A launcher holds a connection per node: on big runs the usual soft limit
+// of 1024 open files is too few. Raised only then (2 per node and 256), so
+// ranks of ordinary runs inherit the limit they always had; never fails.
+void allow_node_connections(int nnodes);
+
 }  // namespace sgpu::launcher
