@@ -101,4 +101,12 @@ Seconds parse_limit(std::string_view text, const std::string& where) {
   return *d;
 }
 
+Duration::Duration(std::string_view text, std::string_view what, bool none_ok)
+    : text_(text), value_(parse_duration(text, what, none_ok)) {}
+
+Seconds Duration::required(const std::string& where) const {
+  if (!value_) throw Error(fmt::format("{}: give a limit, e.g. 10s", where));
+  return *value_;
+}
+
 }  // namespace sgpu::env

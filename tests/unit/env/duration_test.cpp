@@ -112,3 +112,36 @@ TEST_CASE("env::format_duration") {
   CHECK(format_duration(Seconds(0.25)) == "250ms");
   CHECK(format_duration(Seconds(7)) == "7s");
 }
+
+TEST_CASE("env::Duration keeps the value and the user's spelling") {
+  using sgpu::env::Duration;
+  struct Case {
+    const char* text;
+    double seconds;  // < 0: none
+  };
+  for (const auto& c : {Case{"90m", 5400}, Case{"3600", 3600}, Case{"1.5h", 5400}, Case{"none", -1}}) {
+    CAPTURE(c.text);
+    Duration d(c.text, "--timeout");
+    CHECK(d.text() == c.text);  // "90m" stays "90m" where the spec is shown or sent
+    if (c.seconds < 0) {
+      CHECK_FALSE(d.limit());
+      try {
+        (void)d.required("--join-timeout none (set in job.toml)");
+        FAIL("no limit was accepted as one");
+      } catch (const sgpu::Error& e) {
+        CHECK(std::string(e.what()) == "--join-timeout none (set in job.toml): give a limit, e.g. 10s");
+      }
+    } else {
+      CHECK(d.limit()->count() == c.seconds);
+      CHECK(d.required("--timeout").count() == c.seconds);
+    }
+  }
+  // Parsed where it is set: a wrong one never reaches the job.
+  CHECK_THROWS_WITH_AS(
+      Duration("90x", "--grace", false),
+      "--grace: invalid duration '90x': unknown unit 'x' (use ms, s, m, h, d); valid forms: 3600, 90s, "
+      "90m, 2h30m, 1.5h",
+      sgpu::Error);
+  Duration built_in = "30s";
+  CHECK(built_in.limit()->count() == 30);
+}

@@ -133,7 +133,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   }
 
   void learn_deadline(const JobDescription& job) {
-    run_timeout = env::parse_duration(job.spec.timeout, "the launcher's --timeout");
+    run_timeout = job.spec.timeout.limit();
     if (job.end_by) run_end_by = Clock::time_point(std::chrono::seconds(*job.end_by));
   }
 

@@ -14,9 +14,9 @@ namespace fs = std::filesystem;
 NodeLimits node_limits(const JobSpec& spec) {
   const auto& r = spec.rendezvous;
   return {
-      env::parse_limit(r.join_timeout, where_set(spec, "rendezvous.join_timeout", "--join-timeout " + r.join_timeout)),
-      env::parse_limit(r.heartbeat_timeout,
-                       where_set(spec, "rendezvous.heartbeat_timeout", "--heartbeat-timeout " + r.heartbeat_timeout))};
+      r.join_timeout.required(where_set(spec, "rendezvous.join_timeout", "--join-timeout " + r.join_timeout.text())),
+      r.heartbeat_timeout.required(
+          where_set(spec, "rendezvous.heartbeat_timeout", "--heartbeat-timeout " + r.heartbeat_timeout.text()))};
 }
 
 LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, const std::string& run_dir,
@@ -32,8 +32,8 @@ LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, 
   plan.gpu_type = spec.gpu_type;
   plan.master_addr = master_addr;
   plan.master_port = master_port;
-  plan.timeout = env::parse_duration(spec.timeout, "--timeout");
-  if (auto g = env::parse_duration(spec.grace, "--grace")) plan.grace = *g;
+  plan.timeout = spec.timeout.limit();
+  if (const auto& g = spec.grace.limit()) plan.grace = *g;
   int world = 0;
   for (const auto& n : nodes) world += n.ranks;
   auto nnodes = static_cast<int>(nodes.size());
@@ -55,15 +55,13 @@ LaunchPlan ClusterJob::job_plan(const JobSpec& spec, const std::string& run_id, 
 }
 
 JobControlOptions ClusterJob::control_options(const JobSpec& spec, const ClusterOptions& options) {
-  auto timeout = env::parse_duration(spec.timeout, "--timeout");
-  auto grace = env::parse_duration(spec.grace, "--grace");
-  if (!grace) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
   auto restarts = restart_policy(spec);
-  JobControlOptions control{timeout, *grace, true, restarts.max_restarts, restarts.backoff};
+  JobControlOptions control{spec.timeout.limit(), spec.grace.required("--grace none: the grace period"), true,
+                            restarts.max_restarts, restarts.backoff};
   control.stop_signal = spec.stop_signal;
   control.signal_before = spec.signal_before;
   control.end_by = options.end_by;
-  control.hang_timeout = env::parse_duration(spec.hang_timeout, "--hang-timeout");
+  control.hang_timeout = spec.hang_timeout.limit();
   control.cancel_marker = (fs::path(options.run.dir) / kRunCancelFile).string();
   return control;
 }

@@ -24,6 +24,12 @@ void take(const json& j, const char* key, T& out) {
   if (auto it = j.find(key); it != j.end() && !it->is_null()) out = it->get<T>();
 }
 
+// A duration is read as the launcher wrote it, and parsed here, once.
+void take(const json& j, const char* key, env::Duration& out) {
+  if (auto it = j.find(key); it != j.end() && !it->is_null())
+    out = env::Duration(it->get<std::string>(), fmt::format("the job's {}", key));
+}
+
 template <typename T>
 void take(const json& j, const char* key, std::optional<T>& out) {
   if (auto it = j.find(key); it != j.end() && !it->is_null()) out = it->get<T>();
@@ -47,9 +53,9 @@ std::string encode_job(const JobDescription& job) {
   j["cpu_bind"] = cpu_bind_name(s.cpu_bind);  // each agent binds its ranks with its own node's topology
   j["report_bindings"] = s.report_bindings;
   j["master_port"] = s.master_port ? json(*s.master_port) : json();
-  j["timeout"] = s.timeout;
-  j["grace"] = s.grace;
-  j["hang_timeout"] = s.hang_timeout;
+  j["timeout"] = s.timeout.text();
+  j["grace"] = s.grace.text();
+  j["hang_timeout"] = s.hang_timeout.text();
   j["stop_signal"] = s.stop_signal;  // each agent stops its own ranks with it
   j["signal_before"] = s.signal_before ? json(env::format_signal_before(*s.signal_before)) : json();
   j["log_dir"] = s.log_dir;
@@ -64,7 +70,7 @@ std::string encode_job(const JobDescription& job) {
   j["preflight"] = {{"enabled", pf.enabled},
                     {"max_bytes", pf.max_bytes},
                     {"iters", pf.iters},
-                    {"timeout", pf.timeout},
+                    {"timeout", pf.timeout.text()},
                     {"expect_busbw", pf.expect_busbw}};
   return j.dump();
 }

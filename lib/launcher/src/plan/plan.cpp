@@ -60,11 +60,11 @@ RestartPolicy restart_policy(const JobSpec& spec) {
     throw Error(fmt::format("{}: --ray does not restart the Ray cluster; drop it",
                             where_set(spec, "job.max_restarts", fmt::format("--max-restarts {}", spec.max_restarts))));
   if (spec.max_restarts < 0) throw Error(fmt::format("--max-restarts {}: must be 0 or more", spec.max_restarts));
-  auto backoff = env::parse_duration(spec.restart_backoff, "--restart-backoff", false);
+  const auto& backoff = spec.restart_backoff.limit();
   if (!backoff) throw Error("--restart-backoff none: give a wait, e.g. 1s");
   if (*backoff > env::kMaxRestartBackoff)
     throw Error(fmt::format("{0}: at most {1}s (the wait doubles after each restart, up to {1}s); give {1}s or less",
-                            where_set(spec, "job.restart_backoff", "--restart-backoff " + spec.restart_backoff),
+                            where_set(spec, "job.restart_backoff", "--restart-backoff " + spec.restart_backoff.text()),
                             env::kMaxRestartBackoff.count()));
   return {spec.max_restarts, *backoff};
 }
@@ -121,11 +121,9 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   }
   if (spec.master_port && (*spec.master_port < 1 || *spec.master_port > 65535))
     throw Error(fmt::format("--master-port {}: must be between 1 and 65535", *spec.master_port));
-  plan.timeout = env::parse_duration(spec.timeout, "--timeout");
-  auto grace = env::parse_duration(spec.grace, "--grace");
-  if (!grace) throw Error("--grace none: the grace period needs a limit, e.g. 30s");
-  plan.grace = *grace;
-  plan.hang_timeout = env::parse_duration(spec.hang_timeout, "--hang-timeout");
+  plan.timeout = spec.timeout.limit();
+  plan.grace = spec.grace.required("--grace none: the grace period");
+  plan.hang_timeout = spec.hang_timeout.limit();
   plan.stop_signal = spec.stop_signal;
   plan.signal_before = spec.signal_before;
   if (spec.ray && spec.entrypoint.kind == env::Entrypoint::Kind::Executable)
@@ -196,7 +194,7 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
     node.temp_dir = ray_temp_dir(plan.run_dir, plan.run_id);
     node.dashboard = spec.ray_dashboard;
     node.metrics = spec.ray_metrics;
-    auto wait = env::parse_duration(spec.rendezvous.join_timeout, "--join-timeout");
+    const auto& wait = spec.rendezvous.join_timeout.limit();
     node.wait_s = wait ? wait->count() : 0;
     add_ray_env(plan.ranks.front().env, node, plan.run_dir, in.ray_token);
     plan.argv = ray_node_argv(plan.argv.front(), node, plan.argv);

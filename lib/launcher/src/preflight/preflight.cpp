@@ -137,10 +137,10 @@ PreflightRequest preflight_request(const JobSpec& spec) {
   request.sizes = allreduce_sizes(8, max_bytes, 2);
   request.iters = p.iters;
   request.warmup = std::min(5, p.iters);
-  auto limit = env::parse_duration(p.timeout, where("preflight.timeout", p.timeout));
+  const auto& limit = p.timeout.limit();
   if (!limit)
     throw Error(fmt::format("{}: the preflight needs a limit, so a hung all-reduce cannot hang the launch",
-                            where("preflight.timeout", p.timeout)),
+                            where("preflight.timeout", p.timeout.text())),
                 kExitUsage);
   request.timeout = std::chrono::ceil<std::chrono::milliseconds>(*limit);
   if (!p.expect_busbw.empty()) {

@@ -70,7 +70,7 @@ std::optional<MlflowConfig> mlflow_config(const JobSpec& spec, const env::Enviro
   c.password = get(sgpu_env, "MLFLOW_TRACKING_PASSWORD");
   c.insecure_tls = truthy(get(sgpu_env, "MLFLOW_TRACKING_INSECURE_TLS"));
   c.ca_file = get(sgpu_env, "MLFLOW_TRACKING_SERVER_CERT_PATH");
-  auto timeout = env::parse_duration(m.timeout, "mlflow.timeout").value_or(env::Seconds(5));
+  auto timeout = m.timeout.limit().value_or(env::Seconds(5));
   c.timeout = std::chrono::milliseconds(static_cast<long long>(timeout.count() * 1000));
   return c;
 }

@@ -32,4 +32,30 @@ std::string format_duration(Seconds d);
 // "none" or zero is refused with a message starting with `where`.
 Seconds parse_limit(std::string_view text, const std::string& where);
 
+// A duration as a job's spec holds it: parsed once, where the value is set
+// (a flag, a TOML key, the job the launcher sent), and kept both as the
+// value every layer uses and as the user's spelling, which dry runs, errors
+// and the job sent to the nodes repeat.
+class Duration {
+ public:
+  // Throws sgpu::Error naming `what` (parse_duration's message).
+  Duration(std::string_view text, std::string_view what, bool none_ok = true);
+  // A default written in the code ("3h", "none"): valid by construction.
+  Duration(const char* text) : Duration(text, "a built-in default") {}  // NOLINT(google-explicit-constructor)
+
+  const std::string& text() const { return text_; }
+  // nullopt: "none", no limit.
+  const std::optional<Seconds>& limit() const { return value_; }
+  // The limit where "none" was refused when it was set (the key says
+  // none_ok = false); where it was not, `where` names it: "<where>: give a
+  // limit, e.g. 10s".
+  Seconds required(const std::string& where) const;
+
+  bool operator==(const Duration& other) const { return text_ == other.text_; }
+
+ private:
+  std::string text_;
+  std::optional<Seconds> value_;
+};
+
 }  // namespace sgpu::env

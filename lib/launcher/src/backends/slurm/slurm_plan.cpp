@@ -76,8 +76,8 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllo
     apply_pool(spec, r);
     // sgpu's own limit holds for the ranks; SLURM's covers the start-up and
     // the teardown's grace too, so SLURM never cuts sgpu's short.
-    auto timeout = env::parse_duration(spec.timeout, "--timeout");
-    auto grace = env::parse_duration(spec.grace, "--grace");
+    const auto& timeout = spec.timeout.limit();
+    const auto& grace = spec.grace.limit();
     if (timeout) r.time_limit = *timeout + grace.value_or(env::Seconds(0)) + env::Seconds(60);
     if (spec.signal_before) {
       // SLURM's time limit is whole minutes past sgpu's deadline: its signal is told that much earlier.

@@ -57,7 +57,7 @@ env::SshOptions ssh_options(const JobSpec& spec) {
   o.identity = s.identity;
   o.user = s.user;
   o.port = s.port;
-  auto timeout = env::parse_duration(s.connect_timeout, "--ssh-connect-timeout");
+  const auto& timeout = s.connect_timeout.limit();
   o.connect_timeout_s = timeout ? std::max(1, static_cast<int>(timeout->count())) : 10;
   o.options = s.options;
   for (const auto& opt : s.options) env::check_ssh_option(opt, where_set(spec, "ssh.options", "--ssh-option"));
@@ -259,9 +259,8 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
     copts.listen = rendezvous::Endpoint{"", endpoint.port};
   }
   ClusterJob job(io, node_spec, copts, node_cwd, job_host);
-  // The job validated --grace; "none" never gets here.
-  session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      *env::parse_duration(in.spec.grace, "--grace") + env::Seconds(5));
+  session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(in.spec.grace.required("--grace") +
+                                                                                 env::Seconds(5));
 
   std::string tarball;
   std::string remote_sync = "~/.cache/sgpu/sync/" + job.run_id();

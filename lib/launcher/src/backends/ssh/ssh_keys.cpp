@@ -77,7 +77,7 @@ std::vector<KeyInfo> spec_keys() {
        .flags = "--ssh-connect-timeout",
        .help = "time to reach a host (ssh ConnectTimeout, default 10s)",
        .none_ok = false,
-       .apply = [](JobSpec& s, const S& v) { edit(s).connect_timeout = as_string(v); }},
+       .apply = [](JobSpec& s, const S& v) { edit(s).connect_timeout = env::Duration(as_string(v), v.subject()); }},
       {.path = "ssh.max_parallel",
        .kind = K::Int,
        .flags = "--ssh-parallel",

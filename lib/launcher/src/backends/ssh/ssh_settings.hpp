@@ -21,7 +21,7 @@ struct Settings {
   std::string identity;              // ssh -i
   std::string config_file;           // ssh -F
   std::vector<std::string> options;  // ssh -o KEY=VALUE
-  std::string connect_timeout = "10s";
+  env::Duration connect_timeout = "10s";
   int max_parallel = 32;                 // ssh sessions started at once
   std::vector<std::string> forward_env;  // -x NAME or -x NAME=value: beyond the default allowlist
   std::vector<std::string> env_files;    // --env-file F: NAME=value lines to forward

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sgpu/env/command.hpp"
+#include "sgpu/env/duration.hpp"
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/env/stop_signal.hpp"
 
@@ -56,8 +57,8 @@ struct RendezvousSpec {
   std::string endpoint;     // HOST:PORT of the rendezvous server (static mode)
   std::optional<int> node_rank;
   std::string secret_file;
-  std::string join_timeout = "10m";
-  std::string heartbeat_timeout = "10s";
+  env::Duration join_timeout = "10m";
+  env::Duration heartbeat_timeout = "10s";
 };
 
 // [mlflow]: every launch is an MLflow run when a tracking server is named.
@@ -67,7 +68,7 @@ struct MlflowSpec {
   std::string experiment_id;  // used when no name is given
   std::string run_name;       // "" means the sgpu run id
   bool enabled = true;        // --no-mlflow
-  std::string timeout = "5s";
+  env::Duration timeout = "5s";
 };
 
 // [preflight]: the GPU check before the ranks start (`sgpu launch --preflight`,
@@ -77,7 +78,7 @@ struct PreflightSpec {
   bool only = false;             // --preflight-only: the check and its report, no rank (implies enabled)
   std::string max_bytes = "1G";  // the largest all-reduce, where the bus bandwidth is judged
   int iters = 20;                // timed all-reduces per size
-  std::string timeout = "3m";    // the whole check, setup included
+  env::Duration timeout = "3m";  // the whole check, setup included
   std::string expect_busbw;      // GB/s; "" means the GPU type's expectation
 };
 
@@ -98,18 +99,18 @@ struct JobSpec {
   bool ray = false;                // --ray: one Ray node per sgpu node, the entrypoint is the Ray driver
   bool ray_dashboard = false;      // --ray-dashboard: the head starts Ray's dashboard
   bool ray_metrics = false;        // --ray-metrics: every node's Ray resources into <run dir>/ray/metrics.jsonl
-  std::string timeout = "3h";
-  std::string grace = "30s";
-  std::string hang_timeout = "none";  // --hang-timeout: no progress from any rank for this long ends the job
+  env::Duration timeout = "3h";
+  env::Duration grace = "30s";
+  env::Duration hang_timeout = "none";  // --hang-timeout: no progress from any rank for this long ends the job
   // --signal-before SIG@D: every rank gets SIG once, D before the run's
   // deadline (the timeout's, or a SLURM allocation's end). Parsed where set.
   std::optional<env::SignalBefore> signal_before;
-  int stop_signal = 15;                // --stop-signal: what a stopped rank gets first (SIGTERM)
-  int max_restarts = 0;                // restarts of the whole group after a rank fails
-  std::string restart_backoff = "1s";  // before the first restart, doubled each time, at most 60s
-  std::string log_dir;                 // "" means $SGPU_HOME/runs
-  env::Environment env;                // variables for every rank
-  BackendSettings backend_settings;    // [ssh], [slurm]: each backend's, typed by it
+  int stop_signal = 15;                  // --stop-signal: what a stopped rank gets first (SIGTERM)
+  int max_restarts = 0;                  // restarts of the whole group after a rank fails
+  env::Duration restart_backoff = "1s";  // before the first restart, doubled each time, at most 60s
+  std::string log_dir;                   // "" means $SGPU_HOME/runs
+  env::Environment env;                  // variables for every rank
+  BackendSettings backend_settings;      // [ssh], [slurm]: each backend's, typed by it
   RendezvousSpec rendezvous;
   MlflowSpec mlflow;
   PreflightSpec preflight;
