@@ -1,5 +1,7 @@
 // `sgpu agent` and a static node: one Agent on a loop of its own, run to
 // its end, and what its end means for the command's exit code.
+#include <csignal>
+
 #include <boost/asio/io_context.hpp>
 
 #include "sgpu/env/error.hpp"
@@ -14,6 +16,14 @@ AgentResult run_agent(AgentOptions options, rendezvous::Secret secret) {
   Agent agent(io, std::move(options), std::move(secret));
   agent.start([&result](const AgentResult& r) { result = r; });
   io.run();
+  // The result is decided. SLURM repeats its SIGTERM to a step's tasks, and
+  // one landing while the agent's signal set is torn down (the default
+  // action back) would end the process with 143 instead of the launcher's
+  // code: from here a stop signal stays pending until the process exits.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&stop, sig);
+  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   return result;
 }
 
