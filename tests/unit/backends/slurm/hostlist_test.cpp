@@ -6,13 +6,13 @@
 #include "backends/slurm/hostlist.hpp"
 #include "sgpu/env/error.hpp"
 
-using sgpu::env::compress_hostlist;
-using sgpu::env::expand_hostlist;
+using sgpu::launcher::slurm::compress_hostlist;
+using sgpu::launcher::slurm::expand_hostlist;
 using Hosts = std::vector<std::string>;
 
 // Expected values are what `scontrol show hostnames` / `show hostlist` print
 // (SLURM 22.05), except where the comment says sgpu is stricter.
-TEST_CASE("env::expand_hostlist") {
+TEST_CASE("slurm::expand_hostlist") {
   struct Row {
     const char* text;
     Hosts hosts;
@@ -44,7 +44,7 @@ TEST_CASE("env::expand_hostlist") {
   CHECK(expand_hostlist("n[0-4095]", "x").back() == "n4095");
 }
 
-TEST_CASE("env::expand_hostlist rejects malformed lists") {
+TEST_CASE("slurm::expand_hostlist rejects malformed lists") {
   struct Row {
     const char* text;
     const char* why;  // what the message must say, column included
@@ -91,7 +91,7 @@ TEST_CASE("env::expand_hostlist rejects malformed lists") {
   }
 }
 
-TEST_CASE("env::compress_hostlist") {
+TEST_CASE("slurm::compress_hostlist") {
   struct Row {
     Hosts hosts;
     const char* text;

@@ -6,11 +6,11 @@
 #include "backends/slurm/slurm_env.hpp"
 #include "sgpu/env/error.hpp"
 
-using sgpu::env::parse_gpu_ids;
-using sgpu::env::parse_slurm_counts;
+using sgpu::launcher::slurm::parse_gpu_ids;
+using sgpu::launcher::slurm::parse_slurm_counts;
 using Ints = std::vector<int>;
 
-TEST_CASE("env::parse_slurm_counts") {
+TEST_CASE("slurm::parse_slurm_counts") {
   struct Row {
     const char* text;
     Ints counts;
@@ -56,7 +56,7 @@ TEST_CASE("env::parse_slurm_counts") {
   }
 }
 
-TEST_CASE("env::parse_gpu_ids") {
+TEST_CASE("slurm::parse_gpu_ids") {
   struct Row {
     const char* text;
     Ints ids;

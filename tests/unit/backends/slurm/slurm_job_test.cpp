@@ -7,10 +7,13 @@
 #include "backends/slurm/slurm_job.hpp"
 #include "sgpu/env/error.hpp"
 
-using namespace sgpu::env;
+using namespace sgpu::launcher::slurm;
+using sgpu::env::Environment;
+using sgpu::env::RankPlacement;
+using sgpu::env::Seconds;
 using Args = std::vector<std::string>;
 
-TEST_CASE("env::slurm_allocation") {
+TEST_CASE("slurm::slurm_allocation") {
   SUBCASE("outside an allocation") { CHECK_FALSE(slurm_allocation({{"HOME", "/root"}}).has_value()); }
   SUBCASE("salloc's shell or an sbatch script") {
     auto a = slurm_allocation({{"SLURM_JOB_ID", "42"},
@@ -50,7 +53,7 @@ TEST_CASE("env::slurm_allocation") {
   }
 }
 
-TEST_CASE("env::slurm_time_limit") {
+TEST_CASE("slurm::slurm_time_limit") {
   struct Row {
     double seconds;
     const char* minutes;
@@ -62,7 +65,7 @@ TEST_CASE("env::slurm_time_limit") {
   }
 }
 
-TEST_CASE("env::salloc_argv") {
+TEST_CASE("slurm::salloc_argv") {
   SlurmRequest r;
   r.nodes = 2;
   const Args hold = {"--kill-command=TERM", "--", "/bin/sh", "-c", "read code; exit ${code:-1}"};
@@ -97,7 +100,7 @@ TEST_CASE("env::salloc_argv") {
   CHECK(salloc_argv(r) == expected);
 }
 
-TEST_CASE("env::agent_srun_argv") {
+TEST_CASE("slurm::agent_srun_argv") {
   AgentStep step{"42", {"gpu07", "gpu08", "gpu03"}, 16, {"--exclusive"}};
   CHECK(agent_srun_argv(step, {"/opt/sgpu", "agent", "--rdzv", "h:1"}) ==
         Args{"srun", "--jobid=42", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--nodelist=gpu[07-08,03]",
@@ -110,7 +113,7 @@ TEST_CASE("env::agent_srun_argv") {
   CHECK(std::none_of(plain.begin(), plain.end(), [](const std::string& a) { return a.rfind("--cpus", 0) == 0; }));
 }
 
-TEST_CASE("env::agent_srun_environment") {
+TEST_CASE("slurm::agent_srun_environment") {
   Environment in = {{"SLURM_JOB_ID", "42"},
                     {"SLURM_GPUS_PER_TASK", "1"},
                     {"SLURM_NTASKS", "16"},
@@ -125,7 +128,7 @@ TEST_CASE("env::agent_srun_environment") {
             {"SLURM_JOB_ID", "42"}, {"SLURM_CONF", "/etc/slurm.conf"}, {"PATH", "/bin"}, {"SLURM_GPUS_PER_NODE", "8"}});
 }
 
-TEST_CASE("env::parse_salloc_line") {
+TEST_CASE("slurm::parse_salloc_line") {
   using Kind = SallocLine::Kind;
   struct Row {
     const char* line;
@@ -157,7 +160,7 @@ TEST_CASE("env::parse_salloc_line") {
   }
 }
 
-TEST_CASE("env::parse_squeue_line") {
+TEST_CASE("slurm::parse_squeue_line") {
   auto s = parse_squeue_line("PENDING|Resources\n");
   REQUIRE(s.has_value());
   CHECK(s->state == "PENDING");
@@ -169,7 +172,7 @@ TEST_CASE("env::parse_squeue_line") {
   CHECK_FALSE(parse_squeue_line("slurm_load_jobs error: Invalid job id specified").has_value());
 }
 
-TEST_CASE("env::parse_srun_line") {
+TEST_CASE("slurm::parse_srun_line") {
   using Kind = SrunLine::Kind;
   struct Row {
     const char* line;
@@ -211,7 +214,7 @@ TEST_CASE("env::parse_srun_line") {
   }
 }
 
-TEST_CASE("env::slurm_step_identity") {
+TEST_CASE("slurm::slurm_step_identity") {
   Environment step = {{"SLURM_STEP_ID", "0"},
                       {"SLURM_NODEID", "2"},
                       {"SLURMD_NODENAME", "gpu07"},
@@ -228,7 +231,7 @@ TEST_CASE("env::slurm_step_identity") {
                        doctest::Contains("SLURM_NODEID=x: expected a node index"), sgpu::Error);
 }
 
-TEST_CASE("env::slurm_visible_devices") {
+TEST_CASE("slurm::slurm_visible_devices") {
   CHECK_FALSE(slurm_visible_devices({}).has_value());
   CHECK(slurm_visible_devices({{"SLURM_STEP_GPUS", "4-6"}, {"SLURM_JOB_GPUS", "0-7"}}) == "4,5,6");
   CHECK(slurm_visible_devices({{"SLURM_JOB_GPUS", "2,3"}}) == "2,3");
@@ -238,7 +241,7 @@ TEST_CASE("env::slurm_visible_devices") {
                        doctest::Contains("SLURM_STEP_GPUS: invalid GPU ids"), sgpu::Error);
 }
 
-TEST_CASE("env::slurm_rank_environment") {
+TEST_CASE("slurm::slurm_rank_environment") {
   RankPlacement p;
   p.rank = 5;
   p.local_rank = 1;
@@ -257,7 +260,7 @@ TEST_CASE("env::slurm_rank_environment") {
                                                  {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}});
 }
 
-TEST_CASE("env::slurm_signal") {
+TEST_CASE("slurm::slurm_signal") {
   struct Row {
     int signal;
     double before, margin;
@@ -279,7 +282,7 @@ TEST_CASE("env::slurm_signal") {
   CHECK(std::find(argv.begin(), argv.end(), "--signal=USR2@60") != argv.end());
 }
 
-TEST_CASE("env::parse_slurm_time") {
+TEST_CASE("slurm::parse_slurm_time") {
   auto t = parse_slurm_time("2026-12-05T01:02:03\n");
   REQUIRE(t);
   auto tt = std::chrono::system_clock::to_time_t(*t);

@@ -8,9 +8,9 @@
 #include "backends/slurm/slurm_settings.hpp"
 #include "sgpu/env/error.hpp"
 
-using sgpu::env::SlurmAllocation;
 using sgpu::launcher::JobSpec;
 using sgpu::launcher::plan_slurm_job;
+using sgpu::launcher::slurm::SlurmAllocation;
 using Args = std::vector<std::string>;
 
 namespace {

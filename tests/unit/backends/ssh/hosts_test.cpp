@@ -5,7 +5,7 @@
 #include "backends/ssh/hosts.hpp"
 #include "sgpu/env/error.hpp"
 
-using namespace sgpu::env;
+using namespace sgpu::launcher::ssh;
 
 namespace {
 
@@ -55,7 +55,7 @@ std::vector<NodeAssignment> pick(const char* hosts, const char* include, const c
 
 }  // namespace
 
-TEST_CASE("env::parse_hostfile accepts the formats users have") {
+TEST_CASE("ssh::parse_hostfile accepts the formats users have") {
   struct Row {
     const char* text;
     const char* hosts;
@@ -82,7 +82,7 @@ TEST_CASE("env::parse_hostfile accepts the formats users have") {
   }
 }
 
-TEST_CASE("env::parse_hostfile rejects bad lines with file:line:col") {
+TEST_CASE("ssh::parse_hostfile rejects bad lines with file:line:col") {
   struct Row {
     const char* text;
     const char* message;
@@ -115,7 +115,7 @@ TEST_CASE("env::parse_hostfile rejects bad lines with file:line:col") {
   }
 }
 
-TEST_CASE("env::parse_hosts_list") {
+TEST_CASE("ssh::parse_hosts_list") {
   CHECK(summary(parse_hosts_list("a:8,b:8")) == "a:8 b:8");
   CHECK(summary(parse_hosts_list("alice@a:4, b")) == "alice@a:4 b:?");
   CHECK(summary(parse_hosts_list("[::1]:2,10.0.0.1")) == "::1:2 10.0.0.1:?");
@@ -137,7 +137,7 @@ TEST_CASE("env::parse_hosts_list") {
   }
 }
 
-TEST_CASE("env::parse_host_filter") {
+TEST_CASE("ssh::parse_host_filter") {
   auto f = parse_host_filter("a:0,2@b", "--include");
   REQUIRE(f.size() == 2);
   CHECK(f[0].host == "a");
@@ -166,7 +166,7 @@ TEST_CASE("env::parse_host_filter") {
   }
 }
 
-TEST_CASE("env::filter_hosts and select_hosts") {
+TEST_CASE("ssh::filter_hosts and select_hosts") {
   struct Row {
     const char* hosts;
     const char* include;
@@ -211,7 +211,7 @@ TEST_CASE("env::filter_hosts and select_hosts") {
   }
 }
 
-TEST_CASE("env::select_hosts says clearly when the pool cannot") {
+TEST_CASE("ssh::select_hosts says clearly when the pool cannot") {
   struct Row {
     const char* hosts;
     const char* include;

@@ -2,9 +2,9 @@
 
 #include "backends/ssh/ignore_rules.hpp"
 
-using namespace sgpu::env;
+using namespace sgpu::launcher::ssh;
 
-TEST_CASE("env::glob_match") {
+TEST_CASE("ssh::glob_match") {
   struct Row {
     const char* pattern;
     const char* path;
@@ -42,7 +42,7 @@ TEST_CASE("env::glob_match") {
   }
 }
 
-TEST_CASE("env::IgnoreRules follows git's meaning") {
+TEST_CASE("ssh::IgnoreRules follows git's meaning") {
   IgnoreRules rules;
   rules.add_file(
       "# build outputs\n"

@@ -5,9 +5,10 @@
 #include "backends/ssh/remote_env.hpp"
 #include "sgpu/env/error.hpp"
 
-using namespace sgpu::env;
+using namespace sgpu::launcher::ssh;
+using sgpu::env::Environment;
 
-TEST_CASE("env::forwarded_by_default") {
+TEST_CASE("ssh::forwarded_by_default") {
   struct Row {
     const char* name;
     bool forwarded;
@@ -38,7 +39,7 @@ TEST_CASE("env::forwarded_by_default") {
   }
 }
 
-TEST_CASE("env::remote_environment: allowlist < [env] < --env-file < -x") {
+TEST_CASE("ssh::remote_environment: allowlist < [env] < --env-file < -x") {
   Environment here{{"PATH", "/here/bin"},         {"HOME", "/root"},  {"NCCL_DEBUG", "INFO"},
                    {"CUDA_VISIBLE_DEVICES", "0"}, {"WANDB_KEY", "k"}, {"A", "from-here"}};
   RemoteEnvSources s;
@@ -50,7 +51,7 @@ TEST_CASE("env::remote_environment: allowlist < [env] < --env-file < -x") {
   CHECK(remote_environment(here, s) == expected);
 }
 
-TEST_CASE("env::parse_env_file") {
+TEST_CASE("ssh::parse_env_file") {
   Environment here{{"TOKEN", "t0k"}};
   auto env = parse_env_file(
       "# comment\n\nA=1\nexport B=two words\nC=\"quoted # not a comment\"\nD='single'\nE=\nF=a=b\n  TOKEN  \n"

@@ -3,10 +3,10 @@
 #include "backends/ssh/ssh_command.hpp"
 #include "sgpu/env/error.hpp"
 
-using namespace sgpu::env;
+using namespace sgpu::launcher::ssh;
 using V = std::vector<std::string>;
 
-TEST_CASE("env::remote_shell_command quotes hostile arguments for a POSIX shell") {
+TEST_CASE("ssh::remote_shell_command quotes hostile arguments for a POSIX shell") {
   // Each of these must reach the remote program unchanged; tests/e2e proves
   // it through a real sshd, this table pins the exact text.
   struct Row {
@@ -34,7 +34,7 @@ TEST_CASE("env::remote_shell_command quotes hostile arguments for a POSIX shell"
   }
 }
 
-TEST_CASE("env::ssh_argv") {
+TEST_CASE("ssh::ssh_argv") {
   HostEntry h;
   h.host = "worker-1";
   SUBCASE("defaults: batch mode, timeouts, keep-alive, no tty, no escape") {
@@ -80,7 +80,7 @@ TEST_CASE("env::ssh_argv") {
   }
 }
 
-TEST_CASE("env::check_ssh_option") {
+TEST_CASE("ssh::check_ssh_option") {
   CHECK_NOTHROW(check_ssh_option("StrictHostKeyChecking=no", "[ssh] options"));
   CHECK_NOTHROW(check_ssh_option("ProxyJump bastion", "[ssh] options"));
   const char* bad[] = {"", "=x", "Key=", "-oProxyCommand=x", "NoValue"};

@@ -2,9 +2,10 @@
 
 #include "backends/ssh/ssh_scripts.hpp"
 
-using namespace sgpu::env;
+using namespace sgpu::launcher::ssh;
+using sgpu::env::ExitStatus;
 
-TEST_CASE("env::agent_bootstrap_script") {
+TEST_CASE("ssh::agent_bootstrap_script") {
   AgentBootstrap b;
   b.secret_names = {"SGPU_RDZV_SECRET"};
   b.exports = {{"CUDA_VISIBLE_DEVICES", "0,2"}, {"ODD", "a b'c"}};
@@ -29,7 +30,7 @@ TEST_CASE("env::agent_bootstrap_script") {
   }
 }
 
-TEST_CASE("env::agent_bootstrap_script removes the --sync copy once the agent ends") {
+TEST_CASE("ssh::agent_bootstrap_script removes the --sync copy once the agent ends") {
   AgentBootstrap b;
   b.cd = "~/.cache/sgpu/sync/run-1/sub dir";
   b.remove_after = "~/.cache/sgpu/sync/run-1";
@@ -40,7 +41,7 @@ TEST_CASE("env::agent_bootstrap_script removes the --sync copy once the agent en
   CHECK(script.ends_with("sgpu agent; s=$?; cd / && rm -rf \"$HOME\"/.cache/sgpu/sync/run-1; exit $s"));
 }
 
-TEST_CASE("env::classify_ssh_exit names the host and keeps the root cause's exit code") {
+TEST_CASE("ssh::classify_ssh_exit names the host and keeps the root cause's exit code") {
   const auto agent = "start the agent";
   struct Row {
     SshExit exit;
@@ -87,7 +88,7 @@ TEST_CASE("env::classify_ssh_exit names the host and keeps the root cause's exit
   }
 }
 
-TEST_CASE("env::ship_binary_script and unpack_script") {
+TEST_CASE("ssh::ship_binary_script and unpack_script") {
   CHECK(ship_binary_script("~/.cache/sgpu/bin/sgpu-1") ==
         "f=\"$HOME\"/.cache/sgpu/bin/sgpu-1; [ -x \"$f\" ] && exit 0; mkdir -p \"${f%/*}\" && "
         "t=$(mktemp \"$f.XXXXXX\") && cat > \"$t\" && chmod 755 \"$t\" && mv -f \"$t\" \"$f\"");

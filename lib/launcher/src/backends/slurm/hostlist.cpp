@@ -9,7 +9,7 @@
 
 #include "sgpu/env/error.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::slurm {
 namespace {
 
 // One run of numbers inside brackets; `width` is the length of the low
@@ -219,4 +219,4 @@ std::string compress_hostlist(const std::vector<std::string>& hosts) {
   return out;
 }
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::slurm

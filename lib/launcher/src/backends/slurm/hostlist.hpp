@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sgpu::env {
+namespace sgpu::launcher::slurm {
 
 // The most hosts one list may expand to: a guard against "n[0-999999999]".
 inline constexpr std::size_t kMaxHostlistHosts = 1U << 20;
@@ -25,4 +25,4 @@ std::vector<std::string> expand_hostlist(std::string_view text, std::string_view
 // expand_hostlist(compress_hostlist(h)) == h for any list of plain hostnames.
 std::string compress_hostlist(const std::vector<std::string>& hosts);
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::slurm

@@ -39,7 +39,7 @@ struct SallocHold::Impl {
   std::string partial;
   std::array<char, 4096> buffer{};
   SallocEnd end;
-  std::optional<env::SallocLine::Kind> revoked;
+  std::optional<slurm::SallocLine::Kind> revoked;
 
   void read_stderr() {
     if (reading || ended) return;
@@ -66,8 +66,8 @@ struct SallocHold::Impl {
     if (line.empty()) return;
     if (events.line) events.line(line);
     end.last_line = line;
-    auto parsed = env::parse_salloc_line(line);
-    using Kind = env::SallocLine::Kind;
+    auto parsed = slurm::parse_salloc_line(line);
+    using Kind = slurm::SallocLine::Kind;
     switch (parsed.kind) {
       case Kind::Pending:
         job_id = parsed.job_id;
@@ -100,7 +100,7 @@ struct SallocHold::Impl {
     if (proc) proc->wait(ec);  // already closing its stderr: this reaps it
     end.wait_status = proc && !ec ? proc->native_exit_code() : (255 << 8);
     using K = SallocEnd::Kind;
-    if (revoked == env::SallocLine::Kind::TimeLimit)
+    if (revoked == slurm::SallocLine::Kind::TimeLimit)
       end.kind = K::TimeLimit;
     else if (released && granted)
       end.kind = K::Released;
@@ -158,7 +158,7 @@ void SallocHold::cancel() {
   if (impl_->ended) return;
   impl_->cancelled = true;
   if (impl_->granted) {
-    release(env::kSallocHoldNoCode);
+    release(slurm::kSallocHoldNoCode);
     return;
   }
   ::kill(impl_->proc->id(), SIGINT);  // salloc withdraws a pending request

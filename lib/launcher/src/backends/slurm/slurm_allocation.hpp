@@ -51,7 +51,7 @@ class SallocHold {
     std::function<void(const std::string& line)> line;  // every line salloc writes, for the run's log
   };
 
-  // Starts salloc with `argv` (env::salloc_argv), its command reading the
+  // Starts salloc with `argv` (slurm::salloc_argv), its command reading the
   // hold pipe. Throws sgpu::Error if salloc cannot be started.
   SallocHold(boost::asio::io_context& io, std::vector<std::string> argv, const env::Environment& environment,
              const std::string& cwd, Events events);

@@ -28,7 +28,7 @@ class SlurmBackend : public Backend {
     auto limits = node_limits(spec);
     in_.join_timeout = limits.join_timeout;
     in_.heartbeat_timeout = limits.heartbeat_timeout;
-    allocation_ = env::slurm_allocation(ctx.inherited);
+    allocation_ = slurm::slurm_allocation(ctx.inherited);
     plan_ = plan_slurm_job(spec, allocation_);  // the flags' mistakes, before SLURM is asked
   }
 
@@ -65,7 +65,7 @@ class SlurmBackend : public Backend {
 
  private:
   SlurmLaunch in_;
-  std::optional<env::SlurmAllocation> allocation_;
+  std::optional<slurm::SlurmAllocation> allocation_;
   SlurmPlan plan_;
   std::unique_ptr<SlurmSession> session_;
 };
@@ -80,7 +80,7 @@ int offer(const JobSpec& spec, const env::Environment& inherited) {
 // `sgpu agent --slurm-step`: node rank, name and the launcher's address from srun.
 void configure_agent(AgentOptions& o, const env::Environment& inherited) {
   if (o.node_rank) throw Error("--slurm-step takes the node rank from SLURM_NODEID; drop --node-rank");
-  auto id = env::slurm_step_identity(inherited);
+  auto id = slurm::slurm_step_identity(inherited);
   o.node_rank = id.node_rank;
   if (o.node_name.empty()) o.node_name = id.node_name;
   // SLURM signals a step's tasks more than once (its step daemon, then srun
@@ -88,9 +88,9 @@ void configure_agent(AgentOptions& o, const env::Environment& inherited) {
   o.repeat_signal_kills = false;
   // The address srun reached this node from is one this node reaches the launcher's host by.
   if (!id.launcher_addr.empty()) o.launcher.host = id.launcher_addr;
-  if (auto devices = env::slurm_visible_devices(inherited)) o.environment["CUDA_VISIBLE_DEVICES"] = *devices;
+  if (auto devices = slurm::slurm_visible_devices(inherited)) o.environment["CUDA_VISIBLE_DEVICES"] = *devices;
   o.rank_environment = [](const env::RankPlacement& place, env::Environment& rank_env) {
-    for (auto& [name, value] : env::slurm_rank_environment(place)) rank_env[name] = value;
+    for (auto& [name, value] : slurm::slurm_rank_environment(place)) rank_env[name] = value;
   };
 }
 

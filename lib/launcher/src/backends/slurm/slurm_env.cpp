@@ -6,7 +6,7 @@
 
 #include "sgpu/env/error.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::slurm {
 namespace {
 
 // Reads a non-negative int at `pos` and moves past it; -1 when there is none.
@@ -76,4 +76,4 @@ std::vector<int> parse_gpu_ids(std::string_view text, std::string_view what) {
   }
 }
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::slurm

@@ -13,10 +13,10 @@
 #include "backends/slurm/slurm_env.hpp"
 #include "sgpu/env/error.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::slurm {
 namespace {
 
-const std::string* find(const Environment& env, const std::string& name) {
+const std::string* find(const env::Environment& env, const std::string& name) {
   auto it = env.find(name);
   return it == env.end() || it->second.empty() ? nullptr : &it->second;
 }
@@ -32,7 +32,7 @@ std::string job_id_after(std::string_view line, std::string_view prefix) {
 
 }  // namespace
 
-std::optional<SlurmAllocation> slurm_allocation(const Environment& env) {
+std::optional<SlurmAllocation> slurm_allocation(const env::Environment& env) {
   const auto* job = find(env, "SLURM_JOB_ID");
   if (!job) job = find(env, "SLURM_JOBID");
   if (!job) return std::nullopt;
@@ -60,12 +60,12 @@ std::optional<SlurmAllocation> slurm_allocation(const Environment& env) {
   return a;
 }
 
-std::string slurm_time_limit(Seconds limit) {
+std::string slurm_time_limit(env::Seconds limit) {
   auto minutes = static_cast<long long>(std::ceil(limit.count() / 60));
   return std::to_string(std::max(1LL, minutes));
 }
 
-std::string slurm_signal(int signal, Seconds before, Seconds margin) {
+std::string slurm_signal(int signal, env::Seconds before, env::Seconds margin) {
   auto seconds = static_cast<long long>(std::ceil((before + margin).count()));
   const char* name = sigabbrev_np(signal);
   return fmt::format("{}@{}", name != nullptr ? std::string(name) : std::to_string(signal),
@@ -129,7 +129,7 @@ std::vector<std::string> agent_srun_argv(const AgentStep& step, const std::vecto
   return argv;
 }
 
-Environment agent_srun_environment(const Environment& inherited) {
+env::Environment agent_srun_environment(const env::Environment& inherited) {
   // srun's input variables that size tasks or hand out GPUs, CPUs or memory
   // per task or per GPU: with one agent task per node they would shrink it.
   static const char* const kStepShaping[] = {
@@ -154,12 +154,12 @@ Environment agent_srun_environment(const Environment& inherited) {
       "SLURM_OVERCOMMIT",
       "SLURM_ARBITRARY_NODELIST",
   };
-  Environment env = inherited;
+  env::Environment env = inherited;
   for (const char* name : kStepShaping) env.erase(name);
   return env;
 }
 
-SlurmStepIdentity slurm_step_identity(const Environment& env) {
+SlurmStepIdentity slurm_step_identity(const env::Environment& env) {
   const auto* node_id = find(env, "SLURM_NODEID");
   const auto* name = find(env, "SLURMD_NODENAME");
   if (!node_id || !name || !find(env, "SLURM_STEP_ID"))
@@ -175,7 +175,7 @@ SlurmStepIdentity slurm_step_identity(const Environment& env) {
   return id;
 }
 
-std::optional<std::string> slurm_visible_devices(const Environment& env) {
+std::optional<std::string> slurm_visible_devices(const env::Environment& env) {
   if (env.count("CUDA_VISIBLE_DEVICES")) return std::nullopt;
   const char* var = "SLURM_STEP_GPUS";
   const auto* gpus = find(env, var);
@@ -186,7 +186,7 @@ std::optional<std::string> slurm_visible_devices(const Environment& env) {
   return list;
 }
 
-Environment slurm_rank_environment(const RankPlacement& p) {
+env::Environment slurm_rank_environment(const env::RankPlacement& p) {
   auto s = [](int v) { return std::to_string(v); };
   return {
       {"SLURM_PROCID", s(p.rank)},
@@ -292,4 +292,4 @@ std::optional<SlurmJobState> parse_squeue_line(std::string_view line) {
   return SlurmJobState{std::string(line.substr(0, bar)), std::string(line.substr(bar + 1))};
 }
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::slurm

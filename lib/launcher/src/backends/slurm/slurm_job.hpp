@@ -1,7 +1,8 @@
 #pragma once
 // sgpu as a SLURM client, the pure part: what an allocation sgpu runs inside
 // looks like, the salloc and srun command lines it runs, and what it reads
-// back from salloc and squeue. The processes themselves live in lib/launcher.
+// back from salloc and squeue. The processes themselves run from this
+// folder: slurm_allocation.cpp (salloc), slurm_step.cpp (srun, squeue).
 #include <chrono>
 #include <optional>
 #include <string>
@@ -11,7 +12,7 @@
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/rank_env.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::slurm {
 
 // The allocation sgpu was started in (salloc's shell, an sbatch script).
 struct SlurmAllocation {
@@ -24,7 +25,7 @@ struct SlurmAllocation {
 // nullopt without SLURM_JOB_ID. Throws sgpu::Error inside a job step
 // (SLURM_STEP_ID set: `srun sgpu launch` would start one launcher per task),
 // or when SLURM's variables do not fit together.
-std::optional<SlurmAllocation> slurm_allocation(const Environment& env);
+std::optional<SlurmAllocation> slurm_allocation(const env::Environment& env);
 
 // A new allocation, for `--backend slurm` outside one.
 struct SlurmRequest {
@@ -36,7 +37,7 @@ struct SlurmRequest {
   std::string qos;
   std::string constraint;
   std::string reservation;
-  std::optional<Seconds> time_limit;  // nullopt: the partition's default
+  std::optional<env::Seconds> time_limit;  // nullopt: the partition's default
   std::string job_name;
   std::vector<std::string> extra_args;  // [slurm] extra_args, as they are
   // --signal-before as SLURM's --signal=SIG@SECONDS (slurm_signal), "" for none.
@@ -47,19 +48,19 @@ struct SlurmRequest {
 // deadline: SLURM counts back from its own time limit, `margin` after sgpu's
 // deadline (what it adds for start-up and the grace), so both mean one time.
 // Whole seconds, rounded up, at most SLURM's 65535.
-std::string slurm_signal(int signal, Seconds before, Seconds margin);
+std::string slurm_signal(int signal, env::Seconds before, env::Seconds margin);
 
 // squeue's %e (EndTime, "2026-12-05T01:02:03" in the local time zone) as a
 // time; nullopt for none ("N/A", "Unknown", "NONE") or text that is not one.
 std::optional<std::chrono::system_clock::time_point> parse_slurm_time(std::string_view text);
 
 // SLURM's --time in whole minutes, rounded up, at least 1.
-std::string slurm_time_limit(Seconds limit);
+std::string slurm_time_limit(env::Seconds limit);
 
 // salloc holding the allocation for as long as sgpu runs: its command is
 // `sh -c 'read code; exit ...'` reading a pipe sgpu holds, and --kill-command
 // ends that command (so salloc exits) when SLURM revokes the allocation. See
-// lib/launcher/slurm_allocation.hpp.
+// slurm_allocation.hpp.
 std::vector<std::string> salloc_argv(const SlurmRequest& request);
 
 // The step that starts one agent per node: `srun --jobid J --nodes N
@@ -79,7 +80,7 @@ std::vector<std::string> agent_srun_argv(const AgentStep& step, const std::vecto
 // (SLURM_GPUS_PER_TASK=1 from `--gpus-per-task 1`, SLURM_NTASKS_PER_NODE=8):
 // they would shape the agents' step like the user's ranks and leave each
 // agent one GPU. This is `inherited` without them.
-Environment agent_srun_environment(const Environment& inherited);
+env::Environment agent_srun_environment(const env::Environment& inherited);
 
 // The hold command's exit code when its pipe closes without one (sgpu died).
 inline constexpr int kSallocHoldNoCode = 1;
@@ -94,15 +95,15 @@ struct SlurmStepIdentity {
   std::string node_name;
   std::string launcher_addr;  // "" when SLURM does not say
 };
-SlurmStepIdentity slurm_step_identity(const Environment& env);
+SlurmStepIdentity slurm_step_identity(const env::Environment& env);
 
 // CUDA_VISIBLE_DEVICES for a step whose SLURM set none but said which GPUs
 // it has (SLURM_STEP_GPUS, else SLURM_JOB_GPUS); nullopt: leave it be.
-std::optional<std::string> slurm_visible_devices(const Environment& env);
+std::optional<std::string> slurm_visible_devices(const env::Environment& env);
 
 // The SLURM task variables a rank gets in place of its agent's, so code that
 // reads SLURM's (Lightning, submitit) sees the same rank as torchrun's do.
-Environment slurm_rank_environment(const RankPlacement& place);
+env::Environment slurm_rank_environment(const env::RankPlacement& place);
 
 // One line salloc writes on stderr.
 struct SallocLine {
@@ -140,4 +141,4 @@ struct SlurmJobState {
 inline constexpr std::string_view kSqueueFormat = "%T|%r";
 std::optional<SlurmJobState> parse_squeue_line(std::string_view line);
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::slurm

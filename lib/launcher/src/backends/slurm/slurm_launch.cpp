@@ -92,17 +92,17 @@ struct SlurmRun {
     };
     ev.ended = [this](const SallocEnd& e) { on_salloc_end(e); };
     ev.line = [this](const std::string& line) { write_log(line); };
-    hold = std::make_unique<SallocHold>(io, env::salloc_argv(plan.request), in.inherited, in.cwd, std::move(ev));
+    hold = std::make_unique<SallocHold>(io, slurm::salloc_argv(plan.request), in.inherited, in.cwd, std::move(ev));
   }
 
   void show_state() {
     timer.expires_after(kStateEvery);
     timer.async_wait([this](boost::system::error_code ec) {
       if (ec || hold->granted() || hold->ended()) return;
-      run_slurm_command(io, {"squeue", "-h", "-t", "all", "-j", job_id, "-o", std::string(env::kSqueueFormat)},
+      run_slurm_command(io, {"squeue", "-h", "-t", "all", "-j", job_id, "-o", std::string(slurm::kSqueueFormat)},
                         in.inherited, [this](const std::string& out, int) {
                           if (hold->granted() || hold->ended()) return;
-                          if (auto s = env::parse_squeue_line(out)) {
+                          if (auto s = slurm::parse_squeue_line(out)) {
                             auto text = fmt::format("{} ({})", s->state, s->reason);
                             if (text != last_state) notice(fmt::format("SLURM job {}: {}", job_id, text));
                             last_state = text;
@@ -123,7 +123,7 @@ struct SlurmRun {
                                              1);
                           return;
                         }
-                        nodes = env::expand_hostlist(list, "squeue's node list");
+                        nodes = slurm::expand_hostlist(list, "squeue's node list");
                         nodes_known = true;
                         notice(fmt::format("SLURM job {} is running on {}", job_id, list));
                       });
@@ -194,7 +194,7 @@ struct SlurmRun {
     run_slurm_command(io, {"squeue", "-h", "-j", job_id, "-o", "%e"}, in.inherited,
                       [&](const std::string& out, int status) {
                         answered = true;
-                        if (status == 0) end = env::parse_slurm_time(out.substr(0, out.find('\n')));
+                        if (status == 0) end = slurm::parse_slurm_time(out.substr(0, out.find('\n')));
                       });
     while (!answered) io.run_one();
     io.restart();
@@ -237,20 +237,20 @@ struct SlurmRun {
                                       "--slurm-step",
                                       "--join-timeout",
                                       env::format_duration(in.join_timeout)};
-    env::AgentStep s{job_id, nodes, cpus_per_task, {}};
-    auto argv = env::agent_srun_argv(s, agent);
-    auto environment = env::agent_srun_environment(in.inherited);
+    slurm::AgentStep s{job_id, nodes, cpus_per_task, {}};
+    auto argv = slurm::agent_srun_argv(s, agent);
+    auto environment = slurm::agent_srun_environment(in.inherited);
     for (const auto& [k, v] : cluster.agent_environment()) environment[k] = v;
     write_log("sgpu: " + env::shell_join(argv));
     AgentStepProcess::Events ev;
-    ev.line = [this](const env::SrunLine& parsed, const std::string& line) { on_step_line(parsed, line); };
+    ev.line = [this](const slurm::SrunLine& parsed, const std::string& line) { on_step_line(parsed, line); };
     ev.exited = [this](int status) { on_step_exit(status); };
     step = std::make_unique<AgentStepProcess>(io, argv, environment, in.cwd, std::move(ev));
   }
 
-  void on_step_line(const env::SrunLine& l, const std::string& line) {
+  void on_step_line(const slurm::SrunLine& l, const std::string& line) {
     write_log(line);
-    using K = env::SrunLine::Kind;
+    using K = slurm::SrunLine::Kind;
     switch (l.kind) {
       case K::NodeFailure:
         say(fmt::format("SLURM reports a node failure on {}", l.node), false);
@@ -307,15 +307,15 @@ struct SlurmRun {
       apply_rule(end);
       return settled();
     }
-    run_slurm_command(io, {"squeue", "-h", "-t", "all", "-j", job_id, "-o", std::string(env::kSqueueFormat)},
+    run_slurm_command(io, {"squeue", "-h", "-t", "all", "-j", job_id, "-o", std::string(slurm::kSqueueFormat)},
                       in.inherited, [this, &end, settled = std::move(settled)](const std::string& out, int) {
-                        if (auto s = env::parse_squeue_line(out)) learn_from_squeue(*s);
+                        if (auto s = slurm::parse_squeue_line(out)) learn_from_squeue(*s);
                         apply_rule(end);
                         settled();
                       });
   }
 
-  void learn_from_squeue(const env::SlurmJobState& s) {
+  void learn_from_squeue(const slurm::SlurmJobState& s) {
     if (s.state == "TIMEOUT" || s.reason == "TimeLimit") {
       time_limit = true;
       say(fmt::format("SLURM's time limit ended job {}", job_id));
@@ -392,7 +392,7 @@ SlurmSession::~SlurmSession() = default;
 JobOutcome SlurmSession::run(const RunStart& start, JobHost& host) {
   auto& s = *impl_;
   const auto& in = s.in;
-  auto allocation = env::slurm_allocation(in.inherited);
+  auto allocation = slurm::slurm_allocation(in.inherited);
   auto plan = plan_slurm_job(in.spec, allocation);
   s.run = std::make_unique<SlurmRun>(s.io, in, plan);
   auto& run = *s.run;

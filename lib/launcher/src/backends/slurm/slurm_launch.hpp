@@ -38,12 +38,12 @@ struct SlurmPlan {
   int nnodes = 1;
   std::vector<std::string> nodes;  // inside an allocation: the nodes used, node 0 first
   JobSpec node_spec;               // what every agent runs
-  env::SlurmRequest request;       // a new allocation's (outside one)
+  slurm::SlurmRequest request;     // a new allocation's (outside one)
   std::vector<std::string> notes;  // settings that had no effect, said once
 };
 // `allocation`: the one sgpu runs in, if any. Throws sgpu::Error naming the
 // flag (or spec key) at fault.
-SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllocation>& allocation);
+SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<slurm::SlurmAllocation>& allocation);
 
 // One launch through SLURM: the allocation it runs in (or asks for), the
 // agents' srun step, and what SLURM did to the job.

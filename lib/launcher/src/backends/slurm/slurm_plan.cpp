@@ -11,7 +11,7 @@ namespace {
 
 // --pool maps to the partition and QoS the spec names for it; an explicit
 // --partition/--qos that says otherwise is a contradiction, not a silent win.
-void apply_pool(const JobSpec& spec, env::SlurmRequest& r) {
+void apply_pool(const JobSpec& spec, slurm::SlurmRequest& r) {
   const auto& s = slurm::settings(spec);
   if (s.pool.empty()) return;
   auto pool_where = where_set(spec, "slurm.pool", "--pool " + s.pool);
@@ -38,7 +38,7 @@ void apply_pool(const JobSpec& spec, env::SlurmRequest& r) {
 
 }  // namespace
 
-SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllocation>& allocation) {
+SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<slurm::SlurmAllocation>& allocation) {
   SlurmPlan plan;
   bool nodes_given = spec.origins.count("resources.nodes") > 0;
   auto nodes_where = where_set(spec, "resources.nodes", fmt::format("--nodes {}", spec.nodes));
@@ -48,7 +48,7 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllo
     if (plan.nnodes > have)
       throw Error(fmt::format("{}: SLURM job {} has {} node{} ({}); ask for more with salloc/sbatch -N", nodes_where,
                               allocation->job_id, have, have == 1 ? "" : "s",
-                              env::compress_hostlist(allocation->nodes)));
+                              slurm::compress_hostlist(allocation->nodes)));
     plan.nodes.assign(allocation->nodes.begin(), allocation->nodes.begin() + plan.nnodes);
   } else {
     plan.nnodes = spec.nodes;
@@ -82,8 +82,8 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<env::SlurmAllo
     if (spec.signal_before) {
       // SLURM's time limit is whole minutes past sgpu's deadline: its signal is told that much earlier.
       env::Seconds margin{0};
-      if (r.time_limit) margin = env::Seconds(std::stod(env::slurm_time_limit(*r.time_limit)) * 60) - *timeout;
-      r.signal = env::slurm_signal(spec.signal_before->signal, spec.signal_before->before, margin);
+      if (r.time_limit) margin = env::Seconds(std::stod(slurm::slurm_time_limit(*r.time_limit)) * 60) - *timeout;
+      r.signal = slurm::slurm_signal(spec.signal_before->signal, spec.signal_before->before, margin);
     }
     auto name = spec.entrypoint.target.substr(spec.entrypoint.target.find_last_of('/') + 1);
     r.job_name = "sgpu:" + (name.empty() ? std::string("job") : name);

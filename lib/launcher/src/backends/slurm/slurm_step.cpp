@@ -69,7 +69,7 @@ struct AgentStepProcess::Impl {
             io, [this](const std::string& l) { on_line(l); }, [this] { closed(); }) {}
 
   void on_line(const std::string& line) {
-    if (events.line) events.line(env::parse_srun_line(line), line);
+    if (events.line) events.line(slurm::parse_srun_line(line), line);
   }
   void closed() {
     ++pipes_closed;

@@ -19,8 +19,8 @@ namespace sgpu::launcher {
 class AgentStepProcess {
  public:
   struct Events {
-    std::function<void(const env::SrunLine& parsed, const std::string& line)> line;  // every line, parsed
-    std::function<void(int wait_status)> exited;                                     // after every line has been read
+    std::function<void(const slurm::SrunLine& parsed, const std::string& line)> line;  // every line, parsed
+    std::function<void(int wait_status)> exited;                                       // after every line has been read
   };
 
   // Throws sgpu::Error if srun is not on PATH or cannot start.

@@ -8,7 +8,7 @@
 #include "backends/ssh/hosts.hpp"
 #include "sgpu/env/error.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 namespace {
 
 bool same_host(std::string_view a, std::string_view b) {
@@ -154,4 +154,4 @@ std::vector<NodeAssignment> select_hosts(const std::vector<CandidateHost>& pool,
   return out;
 }
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

@@ -9,7 +9,7 @@
 #include "backends/ssh/hosts.hpp"
 #include "sgpu/env/error.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 namespace {
 
 constexpr int kMaxSlots = 4096;
@@ -260,4 +260,4 @@ std::vector<HostFilter> parse_host_filter(std::string_view text, std::string_vie
   return out;
 }
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

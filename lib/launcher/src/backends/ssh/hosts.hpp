@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 
 struct HostEntry {
   std::string host;          // name or address, as ssh reaches it
@@ -76,4 +76,4 @@ std::vector<NodeAssignment> select_hosts(const std::vector<CandidateHost>& pool,
 // "a (8 slots), b (4 slots)" for messages.
 std::string describe_pool(const std::vector<CandidateHost>& pool);
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

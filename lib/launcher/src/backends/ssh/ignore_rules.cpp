@@ -1,7 +1,7 @@
 // .gitignore-style rules for --sync (ignore_rules.hpp).
 #include "backends/ssh/ignore_rules.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 namespace {
 
 // [abc], [a-z], [!a-z]: returns the length of the class in `p` (0 if `p`
@@ -132,4 +132,4 @@ bool IgnoreRules::ignored(std::string_view path, bool is_dir) const {
   return result;
 }
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

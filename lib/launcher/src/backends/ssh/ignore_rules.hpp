@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 
 // Glob match of one pattern against a '/'-separated path, as above.
 bool glob_match(std::string_view pattern, std::string_view path);
@@ -36,4 +36,4 @@ class IgnoreRules {
   std::vector<Rule> rules_;
 };
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

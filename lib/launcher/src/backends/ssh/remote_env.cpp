@@ -9,7 +9,7 @@
 
 #include "sgpu/env/error.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 namespace {
 
 bool valid_name(std::string_view name) {
@@ -34,7 +34,7 @@ bool forwarded_by_default(std::string_view name) {
   return std::any_of(prefixes.begin(), prefixes.end(), [&](auto p) { return name.starts_with(p); });
 }
 
-std::pair<std::string, std::string> parse_env_assignment(std::string_view text, const Environment& inherited,
+std::pair<std::string, std::string> parse_env_assignment(std::string_view text, const env::Environment& inherited,
                                                          std::string_view where) {
   auto eq = text.find('=');
   auto name = text.substr(0, eq);
@@ -51,8 +51,8 @@ std::pair<std::string, std::string> parse_env_assignment(std::string_view text, 
   return *it;
 }
 
-Environment parse_env_file(std::string_view text, std::string_view path, const Environment& inherited) {
-  Environment out;
+env::Environment parse_env_file(std::string_view text, std::string_view path, const env::Environment& inherited) {
+  env::Environment out;
   int line_no = 0;
   while (!text.empty()) {
     ++line_no;
@@ -78,8 +78,8 @@ Environment parse_env_file(std::string_view text, std::string_view path, const E
   return out;
 }
 
-Environment remote_environment(const Environment& inherited, const RemoteEnvSources& sources) {
-  Environment out;
+env::Environment remote_environment(const env::Environment& inherited, const RemoteEnvSources& sources) {
+  env::Environment out;
   for (const auto& [k, v] : inherited)
     if (forwarded_by_default(k)) out[k] = v;
   for (const auto& [k, v] : sources.spec_env) out[k] = v;
@@ -92,4 +92,4 @@ Environment remote_environment(const Environment& inherited, const RemoteEnvSour
   return out;
 }
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

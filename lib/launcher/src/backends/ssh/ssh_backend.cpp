@@ -39,7 +39,7 @@ std::string read_file(const std::string& path, std::string_view flag) {
   return ss.str();
 }
 
-std::string label(const env::HostEntry& h) { return fmt::format("{} ({})", h.host, h.origin); }
+std::string label(const ssh::HostEntry& h) { return fmt::format("{} ({})", h.host, h.origin); }
 
 // ~/.ssh must exist for ssh to create the ControlMaster socket in it.
 void ensure_ssh_dir() {
@@ -50,9 +50,9 @@ void ensure_ssh_dir() {
   if (!fs::exists(dir, ec)) ::mkdir(dir.c_str(), 0700);
 }
 
-env::SshOptions ssh_options(const JobSpec& spec) {
+ssh::SshOptions ssh_options(const JobSpec& spec) {
   const auto& s = ssh::settings(spec);
-  env::SshOptions o;
+  ssh::SshOptions o;
   o.config_file = s.config_file;
   o.identity = s.identity;
   o.user = s.user;
@@ -60,7 +60,7 @@ env::SshOptions ssh_options(const JobSpec& spec) {
   const auto& timeout = s.connect_timeout.limit();
   o.connect_timeout_s = timeout ? std::max(1, static_cast<int>(timeout->count())) : 10;
   o.options = s.options;
-  for (const auto& opt : s.options) env::check_ssh_option(opt, where_set(spec, "ssh.options", "--ssh-option"));
+  for (const auto& opt : s.options) ssh::check_ssh_option(opt, where_set(spec, "ssh.options", "--ssh-option"));
   // Repeated runs reuse one authenticated connection per host (ControlPersist).
   o.control_path = "~/.ssh/sgpu-%C";
   ensure_ssh_dir();
@@ -93,7 +93,7 @@ class Handler : public SshNodesHandler {
   void on_node_exit(int node, const SshNodeExit& exit) override {
     auto k = static_cast<std::size_t>(node);
     exited_[k] = true;
-    auto failure = env::classify_ssh_exit(labels_[k], exit);
+    auto failure = ssh::classify_ssh_exit(labels_[k], exit);
     if (failure) failures_[k] = failure;  // kept even after the end: it may explain a node the rendezvous lost
     if (pending_ && pending_node_ == k) settle();
     if (!failure || ended_) return;  // ended_: the launcher ended this session itself
@@ -123,7 +123,7 @@ class Handler : public SshNodesHandler {
     if (nodes_) nodes_->end(wait);
   }
   void attach(SshNodes& nodes) { nodes_ = &nodes; }
-  const std::optional<env::NodeFailure>& first() const { return first_; }
+  const std::optional<ssh::NodeFailure>& first() const { return first_; }
 
  private:
   void settle() {
@@ -138,9 +138,9 @@ class Handler : public SshNodesHandler {
   ClusterJob& job_;
   std::vector<std::string> labels_;
   std::vector<std::string> hosts_;  // by node rank, as the rendezvous names them
-  std::vector<std::optional<env::NodeFailure>> failures_;
+  std::vector<std::optional<ssh::NodeFailure>> failures_;
   std::vector<bool> exited_;
-  std::optional<env::NodeFailure> first_;
+  std::optional<ssh::NodeFailure> first_;
   SshNodes* nodes_ = nullptr;
   bool ended_ = false;
   asio::steady_timer wait_;
@@ -151,14 +151,14 @@ class Handler : public SshNodesHandler {
 
 }  // namespace
 
-std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
+std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   const auto& s = ssh::settings(spec);
   if (!s.hostfile.empty() && !s.hosts.empty())
     throw Error("--hostfile and --hosts exclude each other; give the hosts one way");
-  std::vector<env::HostEntry> pool;
+  std::vector<ssh::HostEntry> pool;
   std::string pool_name;
   if (!s.hostfile.empty()) {
-    pool = env::parse_hostfile(read_file(s.hostfile, "--hostfile"), s.hostfile);
+    pool = ssh::parse_hostfile(read_file(s.hostfile, "--hostfile"), s.hostfile);
     pool_name = "--hostfile " + s.hostfile;
   } else if (!s.hosts.empty()) {
     std::string list;
@@ -167,17 +167,17 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
     pool_name = spec.origins.contains("ssh.hosts") ? spec.origins.at("ssh.hosts") : "--hosts";
     if (auto eq = pool_name.find(" = "); eq != std::string::npos) pool_name.resize(eq);
     if (pool_name.starts_with("--hosts ")) pool_name = "--hosts";
-    pool = env::parse_hosts_list(list, pool_name);
+    pool = ssh::parse_hosts_list(list, pool_name);
   } else {
     throw Error("--backend ssh needs hosts: --hostfile FILE or --hosts a:8,b:8");
   }
-  std::vector<env::HostFilter> include, exclude;
-  if (!s.include.empty()) include = env::parse_host_filter(s.include, "--include");
-  if (!s.exclude.empty()) exclude = env::parse_host_filter(s.exclude, "--exclude");
-  auto candidates = env::filter_hosts(pool, include, exclude);
+  std::vector<ssh::HostFilter> include, exclude;
+  if (!s.include.empty()) include = ssh::parse_host_filter(s.include, "--include");
+  if (!s.exclude.empty()) exclude = ssh::parse_host_filter(s.exclude, "--exclude");
+  auto candidates = ssh::filter_hosts(pool, include, exclude);
   if (candidates.empty()) throw Error(fmt::format("no hosts left in {} after --include/--exclude", pool_name));
 
-  env::HostRequest req;
+  ssh::HostRequest req;
   req.pool_name = pool_name;
   if (spec.gpus) {
     req.ranks = *spec.gpus;
@@ -193,7 +193,7 @@ std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
     req.per_node_flag = "--nproc";
     for (auto& c : candidates) c.known = false, c.pinned = false;  // slots count GPUs, not CPU ranks
   }
-  auto chosen = env::select_hosts(candidates, req);
+  auto chosen = ssh::select_hosts(candidates, req);
   for (const auto& n : chosen)
     if (n.ranks != chosen.front().ranks)
       throw Error(
@@ -213,12 +213,12 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
   if (auto py = in.inherited.find("SGPU_PYTHON"); node_spec.python.empty() && py != in.inherited.end())
     node_spec.python = py->second;
   if (node_spec.gpus) node_spec.gpus = chosen.front().ranks;
-  env::RemoteEnvSources sources;
+  ssh::RemoteEnvSources sources;
   sources.spec_env = in.spec.env;
   for (const auto& f : s.env_files)
-    sources.env_files.push_back(env::parse_env_file(read_file(f, "--env-file"), f, in.inherited));
+    sources.env_files.push_back(ssh::parse_env_file(read_file(f, "--env-file"), f, in.inherited));
   sources.x_flags = s.forward_env;
-  node_spec.env = env::remote_environment(in.inherited, sources);
+  node_spec.env = ssh::remote_environment(in.inherited, sources);
 
   // With --sync the nodes run in their copy, at the same place relative to it.
   std::string node_cwd = in.cwd;
@@ -250,7 +250,7 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
   };
   // The agents dial back to the address their ssh session came from, unless
   // --rdzv-endpoint says where (behind ProxyJump or NAT that address is not ours).
-  std::string launcher_host = env::kLauncherAddress;
+  std::string launcher_host = ssh::kLauncherAddress;
   if (!in.spec.rendezvous.endpoint.empty()) {
     auto where = where_set(in.spec, "rendezvous.endpoint", "--rdzv-endpoint");
     if (where.starts_with("--rdzv-endpoint ")) where = "--rdzv-endpoint";
@@ -271,7 +271,7 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
   std::string program = "sgpu";
   if (s.ship_sgpu) program = shipped_path(in.self_exe);
 
-  env::AgentBootstrap boot;
+  ssh::AgentBootstrap boot;
   std::string secrets;
   for (const auto& [name, value] : job.agent_environment()) {
     boot.secret_names.push_back(name);
@@ -289,10 +289,10 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
     SshNode node{host.host, {}};
     if (s.ship_sgpu)
       node.steps.push_back(
-          {"copying sgpu", env::ssh_argv(opts, host, env::ship_binary_script(program)), in.self_exe, ""});
+          {"copying sgpu", ssh::ssh_argv(opts, host, ssh::ship_binary_script(program)), in.self_exe, ""});
     if (!s.sync.empty())
       node.steps.push_back(
-          {"unpacking --sync " + s.sync, env::ssh_argv(opts, host, env::unpack_script(remote_sync)), tarball, ""});
+          {"unpacking --sync " + s.sync, ssh::ssh_argv(opts, host, ssh::unpack_script(remote_sync)), tarball, ""});
     auto b = boot;
     if (!chosen[k].devices.empty()) {
       std::string list;
@@ -303,7 +303,7 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
     for (auto& a : job.agent_args(launcher_host, static_cast<int>(k))) b.argv.push_back(std::move(a));
     b.argv.emplace_back("--watch-stdin");  // ssh's stdin: the session ends the agent (SshNodes::end)
     node.steps.push_back(
-        {"starting the agent", env::ssh_argv(opts, host, env::agent_bootstrap_script(b)), "", secrets});
+        {"starting the agent", ssh::ssh_argv(opts, host, ssh::agent_bootstrap_script(b)), "", secrets});
     nodes.push_back(std::move(node));
     labels.push_back(label(host));
   }
@@ -364,7 +364,7 @@ class SshBackend : public Backend {
 
  private:
   SshLaunch in_;
-  std::vector<env::NodeAssignment> chosen_;
+  std::vector<ssh::NodeAssignment> chosen_;
 };
 
 }  // namespace

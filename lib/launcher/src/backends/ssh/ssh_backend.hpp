@@ -30,7 +30,7 @@ struct SshLaunch {
 
 // The hosts chosen for the job and the ranks on each (every node runs the
 // same number; pinned devices where a filter named them). Reads the hostfile.
-std::vector<env::NodeAssignment> choose_ssh_hosts(const JobSpec& spec);
+std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec);
 
 // The outcome of the engine's `run`, once every node has ended and every ssh
 // has exited; throws sgpu::Error when the job cannot start.

@@ -9,13 +9,13 @@
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 
 std::string remote_shell_command(const std::vector<std::string>& argv) {
   std::string out;
   for (std::size_t i = 0; i < argv.size(); ++i) {
     const auto& word = argv[i];
-    std::string quoted = shell_quote(word);
+    std::string quoted = env::shell_quote(word);
     // shell_quote leaves "A=b" and "%1" bare; as the first word a shell would
     // take them as an assignment or a job, not as the program to run.
     if (i == 0 && quoted == word && (word.find('=') != std::string::npos || word.starts_with('%')))
@@ -63,4 +63,4 @@ std::vector<std::string> ssh_argv(const SshOptions& opts, const HostEntry& host,
   return argv;
 }
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

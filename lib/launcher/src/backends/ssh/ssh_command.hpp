@@ -13,7 +13,7 @@
 
 #include "backends/ssh/hosts.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 
 // Every word single-quoted unless it is plainly safe; the first word is
 // quoted too when a shell would read it as an assignment (A=b) or a job (%1).
@@ -44,4 +44,4 @@ std::vector<std::string> ssh_argv(const SshOptions& opts, const HostEntry& host,
 // `where` when it is not one.
 void check_ssh_option(const std::string& option, const std::string& where);
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

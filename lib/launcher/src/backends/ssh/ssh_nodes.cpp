@@ -118,7 +118,7 @@ struct SshNodes::Impl {
         auto line = node.out_text.substr(0, nl);
         node.out_text.erase(0, nl + 1);
         bool last = node.step + 1 == node.spec.steps.size();
-        if (last && !node.ready && line == env::kReadyMarker) {
+        if (last && !node.ready && line == ssh::kReadyMarker) {
           node.ready = true;
           handler.on_agent_ready(index);
           leave_flight(node);

@@ -31,7 +31,7 @@ struct SshNode {
 
 // How a host's ssh ended: a preparation step failed, the agent never said it
 // started, or the agent ended (normally or not) after it had.
-using SshNodeExit = env::SshExit;
+using SshNodeExit = ssh::SshExit;
 
 class SshNodesHandler {
  public:

@@ -6,13 +6,13 @@
 #include "backends/ssh/ssh_command.hpp"
 #include "sgpu/env/command.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 
 namespace {
 
 // "~/x y" -> "$HOME"/'x y': the remote shell expands the home directory.
 std::string home_word(const std::string& path) {
-  if (path.starts_with("~/")) return "\"$HOME\"/" + shell_quote(path.substr(2));
+  if (path.starts_with("~/")) return "\"$HOME\"/" + env::shell_quote(path.substr(2));
   return remote_shell_command({path});
 }
 
@@ -23,11 +23,11 @@ std::string with_launcher_address(const std::string& word) {
   std::string_view rest = word;
   std::string_view marker = kLauncherAddress;
   for (auto pos = rest.find(marker); pos != std::string_view::npos; pos = rest.find(marker)) {
-    if (pos > 0) out += shell_quote(rest.substr(0, pos));
+    if (pos > 0) out += env::shell_quote(rest.substr(0, pos));
     out += "\"$sgpu_launcher\"";
     rest.remove_prefix(pos + marker.size());
   }
-  if (!rest.empty()) out += shell_quote(rest);
+  if (!rest.empty()) out += env::shell_quote(rest);
   return out;
 }
 
@@ -36,7 +36,8 @@ std::string with_launcher_address(const std::string& word) {
 std::string agent_bootstrap_script(const AgentBootstrap& boot) {
   std::string s;
   for (const auto& name : boot.secret_names) s += fmt::format("IFS= read -r {0} || exit 125; export {0}; ", name);
-  for (const auto& [name, value] : boot.exports) s += fmt::format("{}={}; export {}; ", name, shell_quote(value), name);
+  for (const auto& [name, value] : boot.exports)
+    s += fmt::format("{}={}; export {}; ", name, env::shell_quote(value), name);
   s += "set -- $SSH_CONNECTION; case $1 in *:*) sgpu_launcher=\"[$1]\";; *) sgpu_launcher=$1;; esac; ";
   if (!boot.cd.empty()) s += fmt::format("cd {} || exit 1; ", home_word(boot.cd));
   if (!boot.argv.empty()) {
@@ -88,7 +89,7 @@ std::string with_detail(const std::string& text) {
 std::optional<NodeFailure> classify_ssh_exit(const std::string& host, const SshExit& e) {
   const auto& st = e.status;
   if (st.signal)
-    return NodeFailure{fmt::format("ssh to {} was killed by {}", host, signal_name(*st.signal)), st.shell_code()};
+    return NodeFailure{fmt::format("ssh to {} was killed by {}", host, env::signal_name(*st.signal)), st.shell_code()};
   int code = st.code.value_or(1);
   if (!e.last_step)
     return NodeFailure{fmt::format("{} on {} failed ({}){}", e.step, host, st.describe(), with_detail(e.stderr_tail)),
@@ -111,7 +112,7 @@ std::optional<NodeFailure> classify_ssh_exit(const std::string& host, const SshE
   if (code == 255)
     return NodeFailure{fmt::format("lost the ssh connection to {}{}", host, with_detail(e.stderr_tail)), 255};
   if (code > 128 && code < 128 + 65)
-    return NodeFailure{fmt::format("the agent on {} was killed by {}", host, signal_name(code - 128)), code};
+    return NodeFailure{fmt::format("the agent on {} was killed by {}", host, env::signal_name(code - 128)), code};
   return NodeFailure{fmt::format("the agent on {} exited with {}{}", host, code, with_detail(e.stderr_tail)), code};
 }
 
@@ -129,4 +130,4 @@ std::string unpack_script(const std::string& dir) {
       home_word(dir));
 }
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

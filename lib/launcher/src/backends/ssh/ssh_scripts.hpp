@@ -1,6 +1,6 @@
 #pragma once
 // The shell scripts sgpu runs on a remote host over ssh, and what a host's
-// ssh ending means. Pure: lib/launcher runs them.
+// ssh ending means. Pure: ssh_nodes.cpp runs them (SshNodes).
 //
 // A path starting with "~/" is taken from the remote user's $HOME.
 #include <optional>
@@ -10,7 +10,7 @@
 
 #include "sgpu/env/exit_code.hpp"
 
-namespace sgpu::env {
+namespace sgpu::launcher::ssh {
 
 // What the remote login shell runs to start a node agent. Secrets come from
 // ssh's stdin, one line per name, so no argv on either side shows them.
@@ -42,7 +42,7 @@ struct SshExit {
   std::string step;        // "start the agent", "copy sgpu", ...
   bool last_step = false;  // the agent's step
   bool ready = false;      // the agent had said it started
-  ExitStatus status;
+  env::ExitStatus status;
   std::string stderr_tail;  // what ssh and the remote side last wrote to stderr
 };
 
@@ -63,4 +63,4 @@ std::string ship_binary_script(const std::string& path);
 // there already; hosts that share a home directory do not collide.
 std::string unpack_script(const std::string& dir);
 
-}  // namespace sgpu::env
+}  // namespace sgpu::launcher::ssh

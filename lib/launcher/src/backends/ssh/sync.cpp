@@ -28,7 +28,7 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-void walk(const fs::path& root, const std::string& rel, env::IgnoreRules& rules, std::vector<std::string>& out) {
+void walk(const fs::path& root, const std::string& rel, ssh::IgnoreRules& rules, std::vector<std::string>& out) {
   auto here = rel.empty() ? root : root / rel;
   if (fs::exists(fs::symlink_status(here / ".gitignore"))) rules.add_file(read_text(here / ".gitignore"), rel);
   std::vector<fs::directory_entry> entries{fs::directory_iterator(here), fs::directory_iterator()};
@@ -50,7 +50,7 @@ void walk(const fs::path& root, const std::string& rel, env::IgnoreRules& rules,
 std::vector<std::string> sync_file_list(const std::string& dir, const std::vector<std::string>& excludes) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(fmt::format("--sync {}: not a directory", dir));
-  env::IgnoreRules rules;
+  ssh::IgnoreRules rules;
   for (const auto& p : excludes) rules.add_pattern(p);
   std::vector<std::string> out;
   try {
