@@ -19,6 +19,31 @@
 namespace sgpu::launcher::local {
 namespace {
 
+// The ranks' launches from a plan: program, arguments, environment, binding.
+std::vector<RankLaunch> launches_of(const LaunchPlan& p) {
+  std::vector<RankLaunch> launches;
+  for (const auto& r : p.ranks) {
+    launches.push_back({r.place.rank, p.executable, p.argv, r.env, p.cwd, {}, -1});
+    if (const auto* b = applied_binding(p, r)) {
+      launches.back().cpus = b->cpus;
+      launches.back().numa_node = b->numa_node;
+    }
+  }
+  return launches;
+}
+
+// What the plan chose for the user, said once before the ranks start.
+void say_plan_notes(const LaunchPlan& plan, int ranks) {
+  if (plan.omp_defaulted && ranks > 1)
+    diagnostic("{}", plan.cpu_bind == CpuBind::None
+                         ? "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "
+                           "set OMP_NUM_THREADS to tune it\n"
+                         : "sgpu: note: OMP_NUM_THREADS is each rank's bound cores (--cpu-bind); set OMP_NUM_THREADS "
+                           "to tune it\n");
+  if (plan.report_bindings)
+    for (const auto& r : plan.ranks) diagnostic("sgpu: {}\n", report_line(plan, r));
+}
+
 class LocalBackend : public Backend {
  public:
   void check(LaunchContext& ctx) override {
@@ -57,52 +82,47 @@ class LocalBackend : public Backend {
   }
 
   BackendRun run(LaunchContext& ctx, const RunStart& /*run*/, JobHost& host) override {
-    const auto& spec = ctx.spec;
-    auto& plan = plan_;
-    if (plan.omp_defaulted && ranks_ > 1)
-      diagnostic("{}",
-                 plan.cpu_bind == CpuBind::None
-                     ? "sgpu: note: OMP_NUM_THREADS=1 for every rank, to avoid oversubscribing the CPUs; "
-                       "set OMP_NUM_THREADS to tune it\n"
-                     : "sgpu: note: OMP_NUM_THREADS is each rank's bound cores (--cpu-bind); set OMP_NUM_THREADS to "
-                       "tune it\n");
-    if (plan.report_bindings)
-      for (const auto& r : plan.ranks) diagnostic("sgpu: {}\n", report_line(plan, r));
-    auto launches_of = [](const LaunchPlan& p) {
-      std::vector<RankLaunch> launches;
-      for (const auto& r : p.ranks) {
-        launches.push_back({r.place.rank, p.executable, p.argv, r.env, p.cwd, {}, -1});
-        if (const auto* b = applied_binding(p, r)) {
-          launches.back().cpus = b->cpus;
-          launches.back().numa_node = b->numa_node;
-        }
-      }
-      return launches;
-    };
+    say_plan_notes(plan_, ranks_);
     auto& io = *ctx.io;
-    auto& observer = host.observe(io, plan);
+    auto& observer = host.observe(io, plan_);
+    Supervisor supervisor(io, observer, supervision(ctx, host));
+    // What the engine asked for (MLflow's run) went on beside the outputs and
+    // the supervisor being made ready; the ranks wait for it, and only they.
+    for (const auto& [name, value] : host.ranks_env()) {
+      ctx.spec.env[name] = value;  // later attempts' plans too
+      for (auto& r : plan_.ranks) r.env[name] = value;
+    }
+    offer_stacks(ctx, host, supervisor);
+    return {supervisor.run(launches_of(plan_)), {}};
+  }
+
+ private:
+  // The plan's limits and signals for the ranks' JobControl; a hung or
+  // timed-out job's stacks; each restart's fresh plan.
+  SupervisorOptions supervision(LaunchContext& ctx, JobHost& host) {
+    const auto& plan = plan_;
     SupervisorOptions options;
     auto& control = options.control;
     control.timeout = plan.timeout;
     control.grace = plan.grace;
     control.hang_timeout = plan.hang_timeout;
-    options.inspect = [&io, run_dir = plan.run_dir, stacks = stack_options_for(plan.executable, ctx.inherited)](
-                          const env::JobEnd& why, std::vector<RunningRank> running,
-                          std::function<void(std::string)> done) {
-      std::vector<StackTarget> targets;
-      for (const auto& r : running) targets.push_back({r.rank, r.pid, ""});
-      inspect_ranks(io, run_dir, why.reason.empty() ? env::describe_end(why) : why.reason, targets, stacks,
-                    [done = std::move(done)](const Inspection& seen) { done(seen.report.verdict); });
-    };
     control.stop_signal = plan.stop_signal;
     control.signal_before = plan.signal_before;
     control.cancel_marker = (std::filesystem::path(plan.run_dir) / kRunCancelFile).string();
     control.max_restarts = plan.max_restarts;
     control.restart_backoff = plan.restart_backoff;
+    options.inspect =
+        [&io = *ctx.io, run_dir = plan.run_dir, stacks = stack_options_for(plan.executable, ctx.inherited)](
+            const env::JobEnd& why, std::vector<RunningRank> running, std::function<void(std::string)> done) {
+          std::vector<StackTarget> targets;
+          for (const auto& r : running) targets.push_back({r.rank, r.pid, ""});
+          inspect_ranks(io, run_dir, why.reason.empty() ? env::describe_end(why) : why.reason, targets, stacks,
+                        [done = std::move(done)](const Inspection& seen) { done(seen.report.verdict); });
+        };
     if (plan.max_restarts > 0) {
       // Each attempt gets its own MASTER_PORT (the new one is reserved
       // before the old is let go, so they differ) unless --master-port fixed it.
-      options.relaunch = [&, launches_of](int attempt) {
+      options.relaunch = [this, &spec = ctx.spec](int attempt) {
         if (!spec.master_port) *port_ = rendezvous::PortReservation(0);
         in_.master_port = port_->port();
         in_.restart_count = attempt;
@@ -110,24 +130,21 @@ class LocalBackend : public Backend {
       };
     }
     options.on_end = [&host] { host.offer_stacks(nullptr); };
-    Supervisor supervisor(io, observer, options);
-    // What the engine asked for (MLflow's run) went on beside the outputs and
-    // the supervisor being made ready; the ranks wait for it, and only they.
-    for (const auto& [name, value] : host.ranks_env()) {
-      ctx.spec.env[name] = value;  // later attempts' plans too
-      for (auto& r : plan.ranks) r.env[name] = value;
-    }
-    host.offer_stacks([&, stacks = stack_options_for(plan.executable, ctx.inherited)](
+    return options;
+  }
+
+  // `sgpu stacks` on the running job: the supervisor's live ranks.
+  void offer_stacks(const LaunchContext& ctx, JobHost& host, Supervisor& supervisor) {
+    host.offer_stacks([&io = *ctx.io, &supervisor, run_dir = plan_.run_dir,
+                       stacks = stack_options_for(plan_.executable, ctx.inherited)](
                           bool native, std::function<void(const Inspection&)> done) mutable {
       std::vector<StackTarget> targets;
       for (const auto& r : supervisor.running_ranks()) targets.push_back({r.rank, r.pid, ""});
       stacks.native = native;
-      inspect_ranks(io, plan.run_dir, "", targets, stacks, std::move(done));
+      inspect_ranks(io, run_dir, "", targets, stacks, std::move(done));
     });
-    return {supervisor.run(launches_of(plan)), {}};
   }
 
- private:
   void discover(const LaunchContext& ctx) {
     if (discovered_) return;
     discovery_ = discover_gpus(ctx.inherited);
