@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/rendezvous/client.hpp"
@@ -83,6 +84,7 @@ struct FakeNode : rdzv::ClientHandler {
     std::error_code ec;
     auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
     request.worker_executable = self.parent_path().parent_path() / "apps" / "sgpu" / "sgpu";
+    request.environment = sgpu::env::current_environment();  // as an agent's workers inherit its own
     check = std::make_unique<preflight::NodePreflight>(
         io, std::move(request), static_cast<int>(a.rank_base), static_cast<int>(a.world_size),
         [this](const std::string& id) { client->send(rdzv::PreflightId{id}); },

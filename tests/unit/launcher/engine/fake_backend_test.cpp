@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/backend.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
 #include "sgpu/launcher/launch.hpp"
@@ -54,6 +56,7 @@ struct Quiet {
 struct Run {
   int code = -1;
   nlohmann::json summary;
+  nlohmann::json preflight;  // <run dir>/preflight.json, where the run wrote one
   double seconds = 0;
 };
 
@@ -66,16 +69,17 @@ LaunchRequest fake_request(const std::vector<std::string>& sets, const fs::path&
   LaunchRequest req;
   req.resolved = resolve_spec({set_layer(all)});
   req.cwd = fs::current_path().string();
+  req.inherited = sgpu::env::current_environment();  // as main() gives it: the preflight's workers see it
   return req;
 }
 
-nlohmann::json read_summary(const fs::path& root) {
-  nlohmann::json summary;
+nlohmann::json read_json(const fs::path& root, const char* name) {
+  nlohmann::json read;
   for (const auto& dir : fs::directory_iterator(root)) {
-    std::ifstream s(dir.path() / "summary.json");
-    if (s) summary = nlohmann::json::parse(s);
+    std::ifstream s(dir.path() / name);
+    if (s) read = nlohmann::json::parse(s);
   }
-  return summary;
+  return read;
 }
 
 Run launch_with(const std::vector<std::string>& sets) {
@@ -95,7 +99,8 @@ Run launch_with(const std::vector<std::string>& sets) {
     }
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  run.summary = read_summary(root);
+  run.summary = read_json(root, "summary.json");
+  run.preflight = read_json(root, "preflight.json");
   fs::remove_all(root);
   return run;
 }
@@ -200,16 +205,35 @@ TEST_CASE("engine: a new backend's own settings, restarts, signals, a failed sta
     CHECK(run.summary["exit_code"] == 255);
     CHECK(fake::record().attempts_started == 0);
   }
-  SUBCASE("--preflight-only: every node checks its GPUs, the launcher judges, no rank starts") {
-    auto run = launch_with({"fake.nodes=ok,ok", "preflight.only=true"});
-    // Whatever this machine's driver says of the GPUs (3 without one):
-    // every node hears the verdict's code, which is sgpu's.
+}
+
+// ctest runs this case twice: as part of the whole suite, on this machine's
+// driver library (none here: each node reports no driver at once), and as
+// `unit_fake_driver`, with the fake driver libraries first on
+// LD_LIBRARY_PATH (README "Test hooks") so every node's workers see two
+// GPUs and all-reduce over the fake NCCL: the healthy verdict, end to end.
+TEST_CASE("engine: --preflight-only through a new backend checks every node's GPUs and starts no rank") {
+  bool fake_driver = std::getenv("SGPU_FAKE_DRIVER_GPUS") != nullptr;  // NOLINT(concurrency-mt-unsafe)
+  auto run = launch_with({"fake.nodes=ok,ok", "preflight.only=true", "preflight.iters=2", "preflight.max_bytes=64K",
+                          "preflight.timeout=20s"});
+  if (fake_driver) {
+    CHECK(run.code == 0);
+    REQUIRE(run.preflight.is_object());
+    CHECK(run.preflight["status"] == "healthy");
+    std::set<std::string> nodes;
+    for (const auto& g : run.preflight["gpus"]) nodes.insert(g["node"].get<std::string>());
+    CHECK(run.preflight["gpus"].size() == 4);  // two on each node, every one checked
+    CHECK(nodes.size() == 2);
+    CHECK(run.preflight["allreduce"]["sizes"][0]["rank_time_us"].size() == 4);  // one all-reduce across both nodes
+  } else {
+    // Whatever this machine's driver says of its GPUs (3, unavailable, without one).
     CHECK((run.code == 0 || run.code == 1 || run.code == 3));
-    CHECK(fake::record().finish_codes == std::vector<int>{run.code, run.code});
-    CHECK(fake::record().attempts_started == 0);
-    CHECK(fake::record().released == run.code);
-    CHECK(run.summary["status"] == "not_started");
   }
+  // Every node hears the verdict's code, which is sgpu's.
+  CHECK(fake::record().finish_codes == std::vector<int>{run.code, run.code});
+  CHECK(fake::record().attempts_started == 0);
+  CHECK(fake::record().released == run.code);
+  CHECK(run.summary["status"] == "not_started");
 }
 
 TEST_CASE("engine: a new backend that declares it detaches runs in the background with no engine change") {
@@ -241,7 +265,7 @@ TEST_CASE("engine: a new backend that declares it detaches runs in the backgroun
   CHECK(run != launcher);
   CHECK(WIFEXITED(run_status));
   CHECK(WEXITSTATUS(run_status) == 0);
-  auto summary = read_summary(root);
+  auto summary = read_json(root, "summary.json");
   CHECK(summary["status"] == "completed");
   fs::remove_all(root);
 }
