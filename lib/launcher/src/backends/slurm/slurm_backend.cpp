@@ -50,10 +50,7 @@ class SlurmBackend : public Backend {
   }
 
   BackendRun run(LaunchContext& ctx, const RunStart& run, JobHost& host) override {
-    in_.spec = ctx.spec;
-    in_.inherited = ctx.inherited;
-    in_.cwd = ctx.cwd;
-    in_.self_exe = ctx.self_exe;
+    static_cast<LaunchContext&>(in_) = ctx;
     if (in_.self_exe.empty()) throw Error("cannot find this sgpu binary (/proc/self/exe)", 1);
     session_ = std::make_unique<SlurmSession>(*ctx.io, in_);
     return {session_->run(run, host), {}};

@@ -23,11 +23,10 @@
 
 namespace sgpu::launcher {
 
-struct SlurmLaunch {
-  JobSpec spec;  // slurm::settings(spec), spec.nodes, the rendezvous timeouts
-  env::Environment inherited;
-  std::string cwd;
-  std::string self_exe;  // the agents run this binary (a path every node sees)
+// The launch's inputs as run() got them (spec: slurm::settings(spec),
+// spec.nodes; self_exe: what the agents run, a path every node sees), and
+// the rendezvous's limits, checked in check().
+struct SlurmLaunch : LaunchContext {
   env::Seconds join_timeout{600};
   env::Seconds heartbeat_timeout{10};
   std::function<void(const std::string&)> notice;  // "sgpu: ..." lines; default: stderr

@@ -355,10 +355,7 @@ class SshBackend : public Backend {
   }
 
   BackendRun run(LaunchContext& ctx, const RunStart& run, JobHost& host) override {
-    in_.spec = ctx.spec;
-    in_.inherited = ctx.inherited;
-    in_.cwd = ctx.cwd;
-    in_.self_exe = ctx.self_exe;
+    static_cast<LaunchContext&>(in_) = ctx;
     return {run_ssh_job(*ctx.io, in_, run, host), {}};
   }
 

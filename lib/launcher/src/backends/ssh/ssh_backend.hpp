@@ -19,11 +19,10 @@
 
 namespace sgpu::launcher {
 
-struct SshLaunch {
-  JobSpec spec;  // ssh::settings(spec): the hosts and how to reach them
-  env::Environment inherited;
-  std::string cwd;
-  std::string self_exe;  // this sgpu binary, for --ship-sgpu
+// The launch's inputs as run() got them (spec: ssh::settings(spec) names the
+// hosts and how to reach them; self_exe: this binary, for --ship-sgpu), and
+// the rendezvous's limits, checked in check().
+struct SshLaunch : LaunchContext {
   env::Seconds join_timeout{600};
   env::Seconds heartbeat_timeout{10};
 };
