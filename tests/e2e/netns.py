@@ -97,6 +97,7 @@ class Host:
         self.net = net
         self.index = index
         self.name = f"h{index}"
+        self.hostname = net.hostname or self.name  # what `hostname` says there
         self.netns = f"sgpu-{os.getpid()}-{net.id}-h{index}"
         self.veth = f"sgv{net.id}{index}"  # the root side of its link (15 characters at most)
         self.address = address
@@ -104,7 +105,7 @@ class Host:
     def command(self, argv):
         """argv wrapped to run on this host, with its own hostname."""
         return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--", "sh", "-c",
-                'hostname "$0" && exec "$@"', self.name, *map(str, argv)]
+                'hostname "$0" && exec "$@"', self.hostname, *map(str, argv)]
 
     def popen(self, argv, **kw):
         kw.setdefault("stdout", subprocess.PIPE)
@@ -131,8 +132,14 @@ class Host:
 
 
 class TestNet:
-    def __init__(self, hosts):
+    def __init__(self, hosts, hostname=None, second_net=False):
+        """`hostname`: one hostname every host shares, resolving to 127.0.1.1 on
+        each (Debian's default for a machine's own name, and containers made
+        from one image). `second_net`: each host also has eth1 on a network of
+        its own that reaches no other host (a management or storage NIC)."""
         self.count = hosts
+        self.hostname = hostname
+        self.second_net = second_net
         self.hosts = []
         self.id = None
         self.bridge = None
@@ -177,6 +184,8 @@ class TestNet:
         # Every host resolves every host's name, as cluster DNS would (gloo and
         # NCCL look up their own hostname to choose an interface).
         hosts = "127.0.0.1 localhost\n::1 localhost\n" + "".join(f"{h.address} {h.name}\n" for h in self.hosts)
+        if self.hostname:
+            hosts = f"127.0.1.1 {self.hostname}\n" + hosts
         for h in self.hosts:
             os.makedirs(_etc(h.netns), exist_ok=True)
             with open(os.path.join(_etc(h.netns), "hosts"), "w") as f:
@@ -191,6 +200,13 @@ class TestNet:
             ip("-n", h.netns, "addr", "add", f"{h.address}/{self.prefix}", "dev", "eth0")
             ip("-n", h.netns, "link", "set", "eth0", "up")
             ip("-n", h.netns, "link", "set", "lo", "up")
+            if self.second_net:
+                # A veth pair inside the host: a link that leads nowhere else
+                # (the dummy driver is not always there).
+                ip("-n", h.netns, "link", "add", "eth1", "type", "veth", "peer", "name", "eth1peer")
+                ip("-n", h.netns, "addr", "add", f"192.168.{100 + h.index}.1/24", "dev", "eth1")
+                ip("-n", h.netns, "link", "set", "eth1", "up")
+                ip("-n", h.netns, "link", "set", "eth1peer", "up")
 
     def cut(self, host):
         """Takes the host's link down: no packet in or out, and no reset either."""

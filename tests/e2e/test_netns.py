@@ -18,9 +18,9 @@ PORT = 29400  # every host has its own network stack: no other test can hold it 
 WRITE_PID = 'echo $$ > "$OUT_DIR/pid-$RANK"; '
 
 
-def start_job(net, sgpu, tmp_path, out, program, *launch_args):
+def start_job(net, sgpu, tmp_path, out, program, *launch_args, extra_env=None):
     secret = make_secret_file(tmp_path / "secret")
-    env = dict(sgpu.env, OUT_DIR=str(out))
+    env = dict(sgpu.env, OUT_DIR=str(out), **(extra_env or {}))
     head = net.hosts[0]
     n = len(net.hosts)
     launcher = head.popen([sgpu_bin(), "launch", "--nnodes", n, "--node-rank", 0, "--rdzv-endpoint",
@@ -110,3 +110,35 @@ def test_a_cut_link_is_detected_by_heartbeats_on_both_sides(sgpu, tmp_path):
         _, ok_err = agents[0].communicate(timeout=30)
         assert agents[0].returncode == 1, ok_err
         nothing_left(net)
+
+
+def test_hosts_sharing_a_hostname_on_127_0_1_1_run_gloo_without_an_interface_set_by_hand(sgpu, tmp_path):
+    # Each host's own name resolves to 127.0.1.1 there, and each has a second
+    # interface that reaches no other host: gloo, left to choose, binds where
+    # its hostname resolves (loopback) and the job hangs in init_process_group.
+    # sgpu gives each node the interface its kernel routes MASTER_ADDR through.
+    out = tmp_path / "out"
+    out.mkdir()
+    with netns.TestNet(2, hostname="gpu-node", second_net=True) as net:
+        launcher, agents = start_job(net, sgpu, tmp_path, out, ["--nproc", 1, "--timeout", "90s",
+                                                                python_program("store_job.py")])
+        _, err = launcher.communicate(timeout=120)
+        agents[0].communicate(timeout=30)
+        assert launcher.returncode == 0, err
+        assert [(out / f"{r}.txt").read_text().split()[1] for r in range(2)] == ["3"] * 2  # 1+2, over eth0
+        nothing_left(net)
+
+
+def test_the_users_own_socket_interface_wins(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with netns.TestNet(2, second_net=True) as net:
+        # NCCL's exclusion list, which gloo cannot read, in the environment of every node
+        launcher, agents = start_job(net, sgpu, tmp_path, out, ["--nproc", 1, python_program("dump_env.py")],
+                                     extra_env={"NCCL_SOCKET_IFNAME": "^docker,lo"})
+        _, err = launcher.communicate(timeout=120)
+        agents[0].communicate(timeout=30)
+        assert launcher.returncode == 0, err
+        envs = [json.loads((out / f"env-{r}.json").read_text()) for r in range(2)]
+        assert [e["NCCL_SOCKET_IFNAME"] for e in envs] == ["^docker,lo"] * 2  # the user's, as given
+        assert [e["GLOO_SOCKET_IFNAME"] for e in envs] == ["eth0"] * 2  # a concrete name it allows

@@ -1,5 +1,7 @@
 #include "sgpu/env/rank_env.hpp"
 
+#include "sgpu/env/socket_ifname.hpp"
+
 #include <string_view>
 
 extern char** environ;  // NOLINT(readability-redundant-declaration)
@@ -31,6 +33,7 @@ Environment build_rank_env(const Environment& inherited, const JobEnvironment& j
   // old NCCL_ASYNC_ERROR_HANDLING too, they warn on every rank. Torch older
   // than 2.2 then keeps its own default; sgpu stops the job on the first
   // failed rank whatever NCCL does.
+  pin_socket_interfaces(env, job.socket_ifname);
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   if (job.cuda_visible_devices) env["CUDA_VISIBLE_DEVICES"] = *job.cuda_visible_devices;
 

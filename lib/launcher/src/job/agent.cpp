@@ -124,6 +124,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     if (spec.ray) in.ray_token = ray_token;
     in.master_port = port;
     in.master_addr = master_addr;
+    in.socket_ifname = rdzv::route_interface(master_addr);
     in.node_rank = static_cast<int>(assign.node_rank);
     in.nnodes = static_cast<int>(std::max(1U, assign.nnodes));
     in.rank_base = static_cast<int>(assign.rank_base);

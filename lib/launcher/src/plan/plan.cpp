@@ -152,6 +152,7 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   job.run_id = in.run_id;
   job.gpu_type = plan.gpu_type;
   job.extra = spec.env;
+  job.socket_ifname = in.socket_ifname;
   plan.master_addr = job.master_addr;
   plan.omp_defaulted = env::omp_threads_defaulted(in.inherited, job);
 

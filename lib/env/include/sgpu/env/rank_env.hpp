@@ -31,6 +31,9 @@ struct JobEnvironment {
   std::optional<std::string> cuda_visible_devices;  // nullopt: leave as inherited
   Environment extra;                                // [env] of the spec, -x flags
   int omp_threads = 1;  // OMP_NUM_THREADS unless set: 1, or the cores a rank is bound to (--cpu-bind)
+  // Multi-node: the interface this node routes MASTER_ADDR through, for
+  // NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (socket_ifname.hpp); "" leaves them.
+  std::string socket_ifname;
 };
 
 // Per-rank file paths (run directory layout).

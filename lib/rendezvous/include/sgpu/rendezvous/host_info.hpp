@@ -12,4 +12,9 @@ std::string local_hostname();
 // link-local ones left out: IPv4 first, then IPv6.
 std::vector<std::string> local_addresses();
 
+// The interface this node's kernel routes `address` (numeric, v4 or v6)
+// through: the one a connection to it leaves by. "" when there is no route
+// or the address is not numeric. Sends nothing (a UDP socket's connect).
+std::string route_interface(const std::string& address);
+
 }  // namespace sgpu::rendezvous
