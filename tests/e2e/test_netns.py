@@ -142,3 +142,38 @@ def test_the_users_own_socket_interface_wins(sgpu, tmp_path):
         envs = [json.loads((out / f"env-{r}.json").read_text()) for r in range(2)]
         assert [e["NCCL_SOCKET_IFNAME"] for e in envs] == ["^docker,lo"] * 2  # the user's, as given
         assert [e["GLOO_SOCKET_IFNAME"] for e in envs] == ["eth0"] * 2  # a concrete name it allows
+
+
+def test_a_node_that_cannot_reach_master_addr_is_named_before_any_rank_starts(sgpu, tmp_path):
+    # MASTER_ADDR on node 0's second network, which no other host reaches:
+    # init_process_group would hang until its timeout; the check before the
+    # start names the node and what failed, and no rank runs anywhere.
+    out = tmp_path / "out"
+    out.mkdir()
+    with netns.TestNet(2, second_net=True) as net:
+        t0 = time.monotonic()
+        launcher, agents = start_job(net, sgpu, tmp_path, out, ["--nproc", 1, python_program("dump_env.py")],
+                                     "--master-addr", "192.168.100.1")
+        _, err = launcher.communicate(timeout=60)
+        _, agent_err = agents[0].communicate(timeout=30)
+        assert launcher.returncode == 1, err
+        assert agents[0].returncode == 1, agent_err
+        assert "node 1 (h1) cannot reach 192.168.100.1:" in err, err
+        assert "no rank was started" in err, err
+        assert time.monotonic() - t0 < 30
+        assert list(out.iterdir()) == []  # no rank ran, on either host
+        nothing_left(net)
+
+
+def test_the_summary_says_how_each_node_reaches_master_addr(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with netns.TestNet(2, second_net=True) as net:
+        launcher, agents = start_job(net, sgpu, tmp_path, out, ["--nproc", 1, python_program("dump_env.py")])
+        _, err = launcher.communicate(timeout=120)
+        agents[0].communicate(timeout=30)
+        assert launcher.returncode == 0, err
+        summary = json.loads(next((tmp_path / "sgpu-home" / "runs").glob("*/summary.json")).read_text())
+        routes = summary["spec"]["routes"]
+        assert [(r["node"], r["interface"]) for r in routes] == [("h0", "eth0"), ("h1", "eth0")], routes
+        assert all(r["connect_ms"] < 1000 for r in routes), routes

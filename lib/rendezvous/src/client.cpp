@@ -7,6 +7,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "reach_probe.hpp"
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/rendezvous/framed_socket.hpp"
@@ -45,6 +46,7 @@ struct RendezvousClient::Impl {
   std::chrono::milliseconds heartbeat_timeout;
   std::chrono::milliseconds retry_delay = kFirstRetry;
   std::string last_error = "no answer";
+  std::unique_ptr<ReachProbe> probe;  // the reachability check, from its Probe to Start (node 0 listens meanwhile)
 
   Impl(asio::io_context& io_, ClientOptions o, Secret s, ClientHandler& h)
       : io(io_),
@@ -146,6 +148,7 @@ struct RendezvousClient::Impl {
   void end(const std::string& why, int exit_code, bool flush = false) {
     if (state == State::Closed) return;
     state = State::Closed;
+    probe.reset();
     stop_timers();
     resolver.cancel();
     if (connecting) connecting->close();
@@ -211,7 +214,14 @@ struct RendezvousClient::Impl {
         unexpected(m, "while preparing");
       case State::Ready:
         if (std::holds_alternative<Heartbeat>(m)) return;
+        if (const auto* asked = std::get_if<Probe>(&m)) {
+          probe = std::make_unique<ReachProbe>(io, *asked, [this](const ProbeResult& r) {
+            if (state == State::Ready) socket->send(r);
+          });
+          return;
+        }
         if (const auto* start = std::get_if<Start>(&m)) {
+          probe.reset();  // MASTER_PORT is free again before any rank binds it
           state = State::Running;
           handler.on_start(*start);
           return;
@@ -304,6 +314,7 @@ void RendezvousClient::close() {
   auto& s = *impl_;
   if (s.state == Impl::State::Closed) return;
   s.state = Impl::State::Closed;
+  s.probe.reset();
   s.stop_timers();
   if (s.socket) s.socket->close_after_flush(std::chrono::seconds(1));
 }

@@ -18,6 +18,7 @@ constexpr MessageType kTypeOfIndex[] = {
     MessageType::RankFile,    MessageType::RankExited,  MessageType::NodeTeardown,
     MessageType::NodeDone,    MessageType::Signal,      MessageType::Finish,
     MessageType::Restart,     MessageType::Inspection,  MessageType::Inspect,
+    MessageType::Probe,       MessageType::ProbeResult,
 };
 static_assert(std::size(kTypeOfIndex) == std::variant_size_v<Message>);
 
@@ -142,6 +143,18 @@ void put(WireWriter& w, const Abort& m) {
 }
 void put(WireWriter&, const Heartbeat&) {}
 void put(WireWriter& w, const PreflightId& m) { w.bytes(m.id); }
+void put(WireWriter& w, const Probe& m) {
+  w.bytes(m.master_addr);
+  w.u32(m.master_port);
+  w.u8(m.listen ? 1 : 0);
+  w.u32(m.timeout_ms);
+}
+void put(WireWriter& w, const ProbeResult& m) {
+  w.u8(m.ok ? 1 : 0);
+  w.bytes(m.error);
+  w.bytes(m.interface);
+  w.u32(m.elapsed_us);
+}
 void put(WireWriter& w, const RankStarted& m) {
   w.u32(m.rank);
   w.i32(m.pid);
@@ -265,6 +278,22 @@ Message get(MessageType type, WireReader& r) {
     }
     case MessageType::PreflightId:
       return PreflightId{r.bytes(kMaxPreflightIdBytes, "preflight id")};
+    case MessageType::Probe: {
+      Probe m;
+      m.master_addr = r.bytes(kMaxNameBytes, "master address");
+      m.master_port = r.u32();
+      m.listen = r.u8() != 0;
+      m.timeout_ms = r.u32();
+      return m;
+    }
+    case MessageType::ProbeResult: {
+      ProbeResult m;
+      m.ok = r.u8() != 0;
+      m.error = r.bytes(kMaxMessageBytes, "probe error");
+      m.interface = r.bytes(kMaxNameBytes, "interface");
+      m.elapsed_us = r.u32();
+      return m;
+    }
     case MessageType::Start: {
       Start m;
       m.master_addr = r.bytes(kMaxNameBytes, "master address");
@@ -372,7 +401,7 @@ Message get(MessageType type, WireReader& r) {
   throw ProtocolError(fmt::format("unknown message type {}", static_cast<int>(type)));
 }
 
-bool known_type(std::uint8_t t) { return (t >= 1 && t <= 12) || (t >= 20 && t <= 27) || (t >= 30 && t <= 33); }
+bool known_type(std::uint8_t t) { return (t >= 1 && t <= 14) || (t >= 20 && t <= 27) || (t >= 30 && t <= 33); }
 
 }  // namespace
 
@@ -404,6 +433,10 @@ const char* type_name(MessageType type) {
       return "Heartbeat";
     case MessageType::PreflightId:
       return "PreflightId";
+    case MessageType::Probe:
+      return "Probe";
+    case MessageType::ProbeResult:
+      return "ProbeResult";
     case MessageType::RankStarted:
       return "RankStarted";
     case MessageType::RankOutput:

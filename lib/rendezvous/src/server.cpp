@@ -179,6 +179,11 @@ void RendezvousServer::Impl::on_preparing(Peer& p, Message&& m) {
     }
     return;
   }
+  if (const auto* probed_result = std::get_if<ProbeResult>(&m)) {
+    if (phase != Phase::Probing || p.state != State::Ready || p.probe) unexpected(m, "outside the reachability check");
+    on_probe_result(p, *probed_result);
+    return;
+  }
   auto* r = std::get_if<Ready>(&m);
   if (r == nullptr || p.state != State::Assigned) unexpected(m, "while preparing");
   p.master_port = r->master_port;
@@ -198,16 +203,10 @@ void RendezvousServer::Impl::on_preparing(Peer& p, Message&& m) {
     handler.on_failed(done.summary, done.exit_code);
     return;
   }
-  if (ready == options.nnodes) start_all();
+  if (ready == options.nnodes) begin_probe();
 }
 
-NodeInfo RendezvousServer::Impl::info(const Peer& n) const {
-  return NodeInfo{n.node_rank,      n.rank_base,     n.join.local_ranks,
-                  n.join.name,      n.join.hostname, n.socket->peer_address(),
-                  n.join.addresses, n.join.gpus,     n.preflight};
-}
-
-void RendezvousServer::Impl::start_all() {
+Start RendezvousServer::Impl::start_message() const {
   MasterAddrInputs in;
   in.override_addr = options.master_addr;
   in.node0_peer = nodes[0]->socket->peer_address();
@@ -215,7 +214,69 @@ void RendezvousServer::Impl::start_all() {
     if (n->node_rank != 0) in.launcher_addresses_seen.push_back(n->socket->local_address());
     if (in.launcher_addresses_seen.size() >= 8) break;
   }
-  Start start{choose_master_addr(in), nodes[0]->master_port};
+  return Start{choose_master_addr(in), nodes[0]->master_port};
+}
+
+// Every node ready: before any rank starts, node 0 listens on MASTER_PORT
+// and every other node connects to MASTER_ADDR:MASTER_PORT. A firewall, a
+// wrong address or a route that leads nowhere is named now, not after
+// init_process_group hung until its timeout.
+void RendezvousServer::Impl::begin_probe() {
+  start_msg = start_message();
+  if (nodes.size() < 2) return start_all();
+  phase = Phase::Probing;
+  auto timeout = static_cast<std::uint32_t>(options.reach_timeout.count());
+  nodes[0]->socket->send(Probe{start_msg->master_addr, start_msg->master_port, true, timeout});
+}
+
+void RendezvousServer::Impl::on_probe_result(Peer& p, const ProbeResult& r) {
+  p.probe = r;
+  auto target = fmt::format("{}:{}", start_msg->master_addr, start_msg->master_port);
+  if (p.node_rank == 0) {
+    if (!r.ok) {
+      fail(fmt::format("node 0 ({}) cannot listen on MASTER_PORT {} for the other nodes: {}", p.join.name,
+                       start_msg->master_port, r.error),
+           1);
+      return;
+    }
+    auto timeout = static_cast<std::uint32_t>(options.reach_timeout.count());
+    for (auto* n : nodes)
+      if (n != &p) n->socket->send(Probe{start_msg->master_addr, start_msg->master_port, false, timeout});
+    return;
+  }
+  if (++probed < nodes.size() - 1) return;
+  std::vector<std::string> unreachable;
+  for (const auto* n : nodes) {
+    if (n->node_rank == 0 || n->probe->ok) continue;
+    const auto& answer = *n->probe;
+    unreachable.push_back(answer.interface.empty()
+                              ? fmt::format("node {} ({}) cannot reach {}: {} (it has no route there)", n->node_rank,
+                                            n->join.name, target, answer.error)
+                              : fmt::format("node {} ({}) cannot reach {} from {}: {}", n->node_rank, n->join.name,
+                                            target, answer.interface, answer.error));
+  }
+  if (!unreachable.empty()) {
+    fail(fmt::format("{}; no rank was started", fmt::join(unreachable, "; ")), 1);
+    return;
+  }
+  start_all();
+}
+
+NodeInfo RendezvousServer::Impl::info(const Peer& n) const {
+  return NodeInfo{n.node_rank,
+                  n.rank_base,
+                  n.join.local_ranks,
+                  n.join.name,
+                  n.join.hostname,
+                  n.socket->peer_address(),
+                  n.join.addresses,
+                  n.join.gpus,
+                  n.preflight,
+                  n.probe ? n.probe->interface : "",
+                  n.probe ? n.probe->elapsed_us : 0};
+}
+
+void RendezvousServer::Impl::start_all() {
   phase = Phase::Running;
   boost::system::error_code ignored;
   acceptor.close(ignored);  // the run has its nodes: later peers are turned away by the kernel
@@ -226,11 +287,11 @@ void RendezvousServer::Impl::start_all() {
   infos.reserve(nodes.size());
   for (auto* n : nodes) {
     n->state = State::Running;
-    n->socket->send(start);
+    n->socket->send(*start_msg);
     infos.push_back(info(*n));
     n->preflight.clear();
   }
-  handler.on_started(infos, start);
+  handler.on_started(infos, *start_msg);
 }
 
 void RendezvousServer::Impl::on_running(Peer& p, Message&& m) {
@@ -261,6 +322,11 @@ void RendezvousServer::Impl::on_join_timeout() {
   if (phase == Phase::Joining) {
     fail(fmt::format("the rendezvous timed out after {} (--join-timeout): {}{}", seconds_text(options.join_timeout),
                      describe_missing(joined_joins, options.nnodes, options.expected_names), refused),
+         1);
+  } else if (phase == Phase::Probing) {
+    fail(fmt::format("the rendezvous timed out after {} (--join-timeout): every node got ready but the check that "
+                     "each reaches MASTER_ADDR did not end{}",
+                     seconds_text(options.join_timeout), refused),
          1);
   } else if (phase == Phase::Preparing) {
     std::vector<std::string> slow;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -31,7 +32,7 @@ inline std::string seconds_text(std::chrono::milliseconds d) {
 }
 
 struct RendezvousServer::Impl {
-  enum class Phase { Joining, Preparing, Running, Finishing, Stopped };
+  enum class Phase { Joining, Preparing, Probing, Running, Finishing, Stopped };
   enum class State { Hello, Auth, Join, Joined, Assigned, Ready, Running, Done };
 
   struct Peer {
@@ -44,8 +45,9 @@ struct RendezvousServer::Impl {
     std::uint32_t node_rank = 0;
     std::uint32_t rank_base = 0;
     std::uint32_t master_port = 0;
-    std::string preflight;   // Ready's report
-    bool lost_said = false;  // on_node_lost was called for it
+    std::string preflight;             // Ready's report
+    std::optional<ProbeResult> probe;  // its answer to the reachability check
+    bool lost_said = false;            // on_node_lost was called for it
     SteadyClock::time_point accepted;
     asio::steady_timer liveness;
     explicit Peer(asio::io_context& io) : liveness(io) {}
@@ -73,6 +75,8 @@ struct RendezvousServer::Impl {
   std::uint64_t next_id = 1;
   std::size_t unauthenticated = 0;
   std::size_t ready = 0;
+  std::size_t probed = 0;          // nodes other than 0 that answered their Probe
+  std::optional<Start> start_msg;  // MASTER_ADDR and MASTER_PORT, once every node is ready
   int bound_port = 0;
   Phase phase = Phase::Joining;
 
@@ -107,6 +111,9 @@ struct RendezvousServer::Impl {
   void assign();
   void on_preparing(Peer& p, Message&& m);
   NodeInfo info(const Peer& n) const;
+  Start start_message() const;
+  void begin_probe();
+  void on_probe_result(Peer& p, const ProbeResult& r);
   void start_all();
   void on_running(Peer& p, Message&& m);
   void on_join_timeout();

@@ -22,6 +22,17 @@ json mlflow_json(const std::optional<TrackingLink>& link) {
 
 json seconds_or_null(const std::optional<env::Seconds>& s) { return s ? json(s->count()) : json(nullptr); }
 
+// Several nodes: how each reached MASTER_ADDR before the start (null on one node).
+json routes_json(const LaunchPlan& plan) {
+  if (plan.routes.empty()) return nullptr;
+  json out = json::array();
+  for (const auto& r : plan.routes)
+    out.push_back({{"node", r.node},
+                   {"interface", r.interface.empty() ? json(nullptr) : json(r.interface)},
+                   {"connect_ms", r.connect_ms}});
+  return out;
+}
+
 json root_cause_json(const std::optional<RootCause>& root_cause, const std::vector<RankReport>& ranks,
                      const env::JobEnd& end) {
   if (!root_cause) return nullptr;
@@ -152,6 +163,7 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"cpu_bind", cpu_bind_name(spec.cpu_bind)},
       {"master_addr", plan.master_addr.empty() ? "127.0.0.1" : plan.master_addr},
       {"master_port", plan.master_port},
+      {"routes", routes_json(plan)},
       {"timeout_s", seconds_or_null(plan.timeout)},
       {"grace_s", plan.grace.count()},
       {"hang_timeout_s", seconds_or_null(plan.hang_timeout)},

@@ -44,7 +44,7 @@
 
 namespace sgpu::rendezvous {
 
-inline constexpr std::uint16_t kProtocolVersion = 4;  // 4: Inspect, Inspection
+inline constexpr std::uint16_t kProtocolVersion = 5;  // 4: Inspect, Inspection; 5: Probe, ProbeResult
 inline constexpr std::string_view kMagic = "SGPURDZV";
 inline constexpr std::size_t kFrameHeaderSize = 5;
 inline constexpr std::uint32_t kMaxHelloPayload = 1024;
@@ -78,6 +78,8 @@ enum class MessageType : std::uint8_t {
   Abort = 10,
   Heartbeat = 11,
   PreflightId = 12,
+  Probe = 13,
+  ProbeResult = 14,
   RankStarted = 20,
   RankOutput = 21,
   RankOutputClosed = 22,
@@ -157,6 +159,29 @@ struct Start {
   std::string master_addr;
   std::uint32_t master_port = 0;
   bool operator==(const Start&) const = default;
+};
+
+// The reachability check, once every node is ready and before any rank
+// starts: node 0 listens on MASTER_PORT (`listen`), then every other node
+// connects to MASTER_ADDR:MASTER_PORT within `timeout_ms`. Each answers with
+// a ProbeResult; node 0 stops listening when Start (or the end) comes.
+struct Probe {
+  std::string master_addr;
+  std::uint32_t master_port = 0;
+  bool listen = false;
+  std::uint32_t timeout_ms = 5000;
+  bool operator==(const Probe&) const = default;
+};
+
+// `ok`, or what failed ("connection refused", "no answer in 5s"); the
+// interface the node's kernel routes MASTER_ADDR through ("" unknown) and
+// how long the connect took.
+struct ProbeResult {
+  bool ok = false;
+  std::string error;
+  std::string interface;
+  std::uint32_t elapsed_us = 0;
+  bool operator==(const ProbeResult&) const = default;
 };
 
 // A rendezvous that cannot go on: the launcher tells every agent why, or an
@@ -282,7 +307,7 @@ struct Inspection {
 
 using Message = std::variant<ClientHello, ServerHello, Auth, Reject, Welcome, Join, Assign, Ready, Start, Abort,
                              Heartbeat, PreflightId, RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited,
-                             NodeTeardown, NodeDone, Signal, Finish, Restart, Inspection, Inspect>;
+                             NodeTeardown, NodeDone, Signal, Finish, Restart, Inspection, Inspect, Probe, ProbeResult>;
 
 MessageType type_of(const Message& message);
 const char* type_name(MessageType type);

@@ -34,6 +34,9 @@ struct ServerOptions {
   std::string job;          // sent to every agent in Welcome
   std::string master_addr;  // --master-addr; "" chooses
   std::size_t max_unauthenticated = 8192;
+  // Several nodes: before Start, every node connects to MASTER_ADDR:MASTER_PORT
+  // while node 0 listens there (Probe), each within this long.
+  std::chrono::milliseconds reach_timeout{std::chrono::seconds(5)};
 };
 
 // A node as the launcher knows it once the rendezvous is done.
@@ -47,6 +50,10 @@ struct NodeInfo {
   std::vector<std::string> addresses;
   std::vector<env::Gpu> gpus;
   std::string preflight;  // its Ready's preflight report; "" without one
+  // The reachability check: the interface the node routes MASTER_ADDR
+  // through ("" unknown, or one node) and how long its connect took.
+  std::string socket_interface;
+  std::uint32_t reach_us = 0;
 };
 
 class ServerHandler {

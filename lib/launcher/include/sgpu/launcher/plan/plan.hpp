@@ -46,6 +46,14 @@ struct LaunchPlan {
   bool omp_defaulted = false;
   CpuBind cpu_bind = CpuBind::None;  // ranks with a binding are bound to it before exec unless none
   bool report_bindings = false;
+  // Several nodes: each one's way to MASTER_ADDR as the reachability check
+  // before the start found it (the ranks' NCCL/GLOO_SOCKET_IFNAME unless set).
+  struct NodeRoute {
+    std::string node;
+    std::string interface;  // "" unknown
+    double connect_ms = 0;  // node 0: its listen
+  };
+  std::vector<NodeRoute> routes;
 };
 
 // What make_plan needs from the outside world, gathered by the caller.
