@@ -12,14 +12,14 @@
 #include <system_error>
 #include <utility>
 
-#include <boost/process/v2/process_handle.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 
 #include "process/child_exec.hpp"
 #include "process/spawn.hpp"
 #include "sgpu/launcher/process/orphan_reaper.hpp"
 
 namespace sgpu::launcher {
-namespace bp = boost::process::v2;
 
 namespace {
 
@@ -97,20 +97,50 @@ std::string find_on_path(const std::string& name) {
 }
 
 struct ChildProcess::Impl {
-  Impl(const boost::asio::any_io_executor& executor, pid_t child, int fd)
-      : handle(executor, child, fd), pid(child), pidfd(fd) {}
+  Impl(const boost::asio::any_io_executor& executor, pid_t child, int fd) : pidfd(executor, fd), pid(child) {}
 
   // The one place a wait's outcome becomes a status: the child is reaped.
-  int settle(bp::error_code ec, int wait_status) {
+  int settle(int wait_status) {
     reaped = true;
-    status = ec ? kNoStatus : wait_status;
+    status = wait_status;
     forget_own_child(pid);  // its number may now go to another process
     return status;
   }
 
-  bp::basic_process_handle<boost::asio::any_io_executor> handle;  // waits on the pidfd, which it owns
+  // Reaps the child if it has exited; false while it runs.
+  bool try_reap() {
+    int wait_status = 0;
+    pid_t got = 0;
+    while ((got = ::waitpid(pid, &wait_status, WNOHANG)) < 0 && errno == EINTR) {
+    }
+    if (got == 0) return false;
+    settle(got == pid ? wait_status : kNoStatus);
+    return true;
+  }
+
+  // Waits, on the loop, for the pidfd to say the child has exited. A wake
+  // is only a hint: the reactor can pass on a readiness that belonged to a
+  // descriptor closed while its event was queued (Asio's epoll reactor hands
+  // that descriptor's state to the next one opened: a reaped squeue's pidfd
+  // woke the srun step's wait). Boost.Process's async_wait then blocked the
+  // loop in waitpid until srun ended; here a child still running is waited
+  // for again.
+  static void wait_exit(const std::shared_ptr<Impl>& self, std::function<void(int)> on_exit) {
+    std::weak_ptr<Impl> weak = self;
+    self->pidfd.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                           [weak, cb = std::move(on_exit)](boost::system::error_code ec) mutable {
+                             auto impl = weak.lock();
+                             // Gone: the ChildProcess closed the pidfd, which ended this wait.
+                             if (!impl || ec == boost::asio::error::operation_aborted) return;
+                             if (!ec && !impl->try_reap()) return wait_exit(impl, std::move(cb));
+                             int wait_status = ec ? impl->settle(kNoStatus) : impl->status;
+                             impl.reset();  // the callback may destroy the ChildProcess
+                             cb(wait_status);
+                           });
+  }
+
+  boost::asio::posix::stream_descriptor pidfd;  // readable once the child has exited
   pid_t pid;
-  int pidfd;  // owned by handle
   int status = kNoStatus;
   bool reaped = false;
   bool detached = false;
@@ -189,7 +219,7 @@ void ChildProcess::signal_group(int sig) const {
 
 void ChildProcess::signal(int sig) const {
   if (!impl_ || impl_->reaped) return;
-  ::syscall(SYS_pidfd_send_signal, impl_->pidfd, sig, nullptr, 0);  // a process gone is no error
+  ::syscall(SYS_pidfd_send_signal, impl_->pidfd.native_handle(), sig, nullptr, 0);  // a process gone is no error
 }
 
 bool ChildProcess::exited() const {
@@ -199,24 +229,16 @@ bool ChildProcess::exited() const {
   return info.si_pid == pid_;  // a peek: the status stays for the wait
 }
 
-void ChildProcess::async_wait(std::function<void(int)> on_exit) {
-  std::weak_ptr<Impl> weak = impl_;
-  impl_->handle.async_wait([weak, cb = std::move(on_exit)](bp::error_code ec, int status) {
-    auto impl = weak.lock();
-    if (!impl) return;  // the ChildProcess is gone (it closed the pidfd, which ended this wait)
-    int wait_status = impl->settle(ec, status);
-    impl.reset();  // the callback may destroy the ChildProcess
-    cb(wait_status);
-  });
-}
+void ChildProcess::async_wait(std::function<void(int)> on_exit) { Impl::wait_exit(impl_, std::move(on_exit)); }
 
 int ChildProcess::wait() {
   if (!impl_) return kNoStatus;
   if (impl_->reaped) return impl_->status;
-  bp::error_code ec;
-  int status = 0;
-  impl_->handle.wait(status, ec);
-  return impl_->settle(ec, status);
+  int wait_status = 0;
+  pid_t got = 0;
+  while ((got = ::waitpid(pid_, &wait_status, 0)) < 0 && errno == EINTR) {
+  }
+  return impl_->settle(got == pid_ ? wait_status : kNoStatus);
 }
 
 void ChildProcess::detach() {

@@ -1,19 +1,25 @@
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <system_error>
 
 #include <doctest/doctest.h>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/readable_pipe.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
 #include "sgpu/launcher/process/child_process.hpp"
@@ -180,4 +186,42 @@ TEST_CASE("launcher::ChildProcess") {
     ::kill(pid, SIGKILL);
     CHECK(::waitpid(pid, nullptr, 0) == pid);
   }
+}
+
+// The reactor may hand a child's wait a readiness that was not its own: a
+// descriptor closed while its event was still queued leaves that event to
+// whatever descriptor reuses its reactor state (Asio's epoll reactor). In
+// sgpu this was a reaped squeue's pidfd waking the srun step's wait, which
+// then blocked the loop in waitpid until srun ended: the rendezvous accepted
+// no agent meanwhile. A wait must take such a wake for a hint, not an exit.
+TEST_CASE("launcher::ChildProcess: a readiness left by a closed descriptor does not block the loop") {
+  using Clock = std::chrono::steady_clock;
+  asio::io_context io;
+  int ends[2];
+  REQUIRE(::pipe2(ends, O_CLOEXEC) == 0);
+  auto other = std::make_unique<asio::readable_pipe>(io, ends[0]);  // no read pending on it
+  std::unique_ptr<ChildProcess> child;
+  std::optional<int> status;
+  std::optional<Clock::duration> timer_fired;
+  asio::steady_timer timer(io);
+  auto started = Clock::now();
+  // The loop runs the reactor (which queues `other`'s readiness) between the
+  // write and the handler that closes `other` and starts the child, which
+  // takes over its reactor state; the queued readiness is then delivered to it.
+  asio::post(io, [&] {
+    REQUIRE(::write(ends[1], "x", 1) == 1);
+    asio::post(io, [&] {
+      other.reset();
+      child = std::make_unique<ChildProcess>(io, sh("sleep 2"));
+      child->async_wait([&](int s) { status = s; });
+      timer.expires_after(std::chrono::milliseconds(100));
+      timer.async_wait([&](boost::system::error_code) { timer_fired = Clock::now() - started; });
+    });
+  });
+  while (!status) io.run_one();
+  ::close(ends[1]);
+  REQUIRE(timer_fired);
+  CHECK(*timer_fired < std::chrono::seconds(1));  // not held until the child's exit
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
 }
