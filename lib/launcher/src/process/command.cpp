@@ -3,7 +3,6 @@
 #include <unistd.h>
 #include <array>
 #include <csignal>
-#include <filesystem>
 #include <memory>
 #include <system_error>
 
@@ -11,22 +10,19 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "sgpu/launcher/process/rank_process.hpp"
+#include "sgpu/launcher/process/child_process.hpp"
 
 namespace sgpu::launcher {
 namespace asio = boost::asio;
 
 namespace {
 
-// Started as a rank is (spawn_process: clone with CLONE_VFORK, nothing but
-// async-signal-safe calls before exec): a plain fork here, beside sgpu's
-// log and console writer threads, could inherit a lock one of them held
-// and never reach exec.
+// A ChildProcess, so started without fork (see child_process.hpp).
 struct Running : std::enable_shared_from_this<Running> {
   Running(asio::io_context& io_, std::size_t max, std::function<void(CommandResult)> cb)
       : io(io_), timer(io_), max_output(max), done(std::move(cb)) {}
 
-  void read(asio::posix::stream_descriptor& pipe, std::string& into, std::array<char, 4096>& buffer) {
+  void read(asio::readable_pipe& pipe, std::string& into, std::array<char, 4096>& buffer) {
     pipe.async_read_some(asio::buffer(buffer), [self = shared_from_this(), &pipe, &into, &buffer](
                                                    boost::system::error_code ec, std::size_t n) {
       if (into.size() < self->max_output) into.append(buffer.data(), std::min(n, self->max_output - into.size()));
@@ -52,28 +48,13 @@ struct Running : std::enable_shared_from_this<Running> {
   std::array<char, 4096> err_buffer{};
   std::size_t max_output;
   std::function<void(CommandResult)> done;
-  std::unique_ptr<RankProcess> proc;
+  std::unique_ptr<ChildProcess> proc;
   CommandResult result;
   int events = 0;
   bool answered = false;
 };
 
 }  // namespace
-
-std::string find_on_path(const std::string& name, const env::Environment& environment) {
-  if (name.find('/') != std::string::npos) return name;
-  auto it = environment.find("PATH");
-  std::string_view path = it == environment.end() ? "/usr/local/bin:/usr/bin:/bin" : std::string_view(it->second);
-  while (!path.empty()) {
-    auto colon = path.find(':');
-    auto dir = path.substr(0, colon);
-    auto candidate = std::filesystem::path(dir) / name;
-    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    if (colon == std::string_view::npos) break;
-    path.remove_prefix(colon + 1);
-  }
-  return "";
-}
 
 void run_command(asio::io_context& io, const std::vector<std::string>& argv, const env::Environment& environment,
                  std::chrono::milliseconds limit, std::size_t max_output, std::function<void(CommandResult)> done) {
@@ -86,7 +67,9 @@ void run_command(asio::io_context& io, const std::vector<std::string>& argv, con
   auto exe = find_on_path(argv.front(), environment);
   if (exe.empty()) return fail(fmt::format("'{}' not found on PATH", argv.front()));
   try {
-    r->proc = std::make_unique<RankProcess>(io, RankLaunch{0, exe, argv, environment, {}, {}, -1}, nullptr, 0);
+    ChildOptions options{argv, exe, environment, {}, {}, ChildStream::pipe(), ChildStream::pipe()};
+    options.own_session = true;  // no controlling terminal, as a rank
+    r->proc = std::make_unique<ChildProcess>(io, options);
   } catch (const std::system_error& e) {
     return fail(fmt::format("cannot start {}: {}", exe, std::generic_category().message(e.code().value())));
   }

@@ -48,7 +48,7 @@ bool is_own_child(pid_t pid) {
 }
 
 // An adopted orphan: not a child sgpu waits for itself, and not in sgpu's
-// session (where Boost.Process's children and what they leave live).
+// session (where ChildProcess's children and what they leave live).
 bool adopted(pid_t pid, pid_t own_session) { return !is_own_child(pid) && ::getsid(pid) != own_session; }
 
 bool reap(pid_t pid) {

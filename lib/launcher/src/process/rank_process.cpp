@@ -1,22 +1,15 @@
 #include "sgpu/launcher/process/rank_process.hpp"
 
 #include <fcntl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
-#include <csignal>
 #include <system_error>
-
-#include <boost/process/v2/process.hpp>
 
 #include "process/child_exec.hpp"
 #include "process/spawn.hpp"
-#include "sgpu/launcher/process/orphan_reaper.hpp"
+#include "sgpu/launcher/process/child_process.hpp"
 
 namespace sgpu::launcher {
-namespace bp = boost::process::v2;
-
 namespace {
 // Closes what it holds unless released: the fds of a half-made rank.
 struct Fds {
@@ -26,14 +19,6 @@ struct Fds {
       if (f >= 0) ::close(f);
   }
 };
-
-std::vector<const char*> pointers(const std::vector<std::string>& strings) {
-  std::vector<const char*> out;
-  out.reserve(strings.size() + 1);
-  for (const auto& s : strings) out.push_back(s.c_str());
-  out.push_back(nullptr);
-  return out;
-}
 
 // A rank's binding in the form the system calls take, made before the clone.
 struct BindingMasks {
@@ -79,18 +64,12 @@ std::size_t rank_pipe_size(std::size_t ranks) {
   return size > kDefault ? size : 0;
 }
 
-struct RankProcess::Impl {
-  bp::process proc;
-  int pidfd = -1;  // owned by proc
-};
-
 RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files,
                          std::size_t stdout_pipe)
     : out_(io), err_(io) {
   auto env_strings = environment_strings(launch.env);
-  auto envp = pointers(env_strings);
-  auto argv = pointers(launch.argv);
-  if (!launch.argv.empty()) argv[0] = launch.argv[0].c_str();
+  auto envp = c_strings(env_strings);
+  auto argv = c_strings(launch.argv);
 
   Fds fds;
   if (::pipe2(fds.fd, O_CLOEXEC) != 0 || ::pipe2(fds.fd + 2, O_CLOEXEC) != 0 ||
@@ -113,41 +92,18 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
   req.open_files = open_files;
   BindingMasks binding(launch);
   binding.apply(req);
-  auto child = spawn_process(req);
-  pid_ = child.pid;
-  impl_ = std::make_unique<Impl>(Impl{bp::process(io.get_executor(), child.pid, child.pidfd), child.pidfd});
+  child_ = std::make_unique<ChildProcess>(io, req);
   out_.assign(std::exchange(fds.fd[0], -1));
   err_.assign(std::exchange(fds.fd[2], -1));
 }
 
-RankProcess::~RankProcess() {
-  // A rank is never left behind: the destructor of bp::process kills and reaps
-  // a child that is still running.
-  impl_.reset();
-  if (pid_ > 0) forget_own_child(pid_);
-}
+// A rank is never left behind: the ChildProcess kills and reaps one still running.
+RankProcess::~RankProcess() = default;
 
-void RankProcess::signal_group(int sig) const {
-  if (pid_ > 0) ::kill(-pid_, sig);
-}
-
-void RankProcess::signal(int sig) const {
-  if (!impl_ || pid_ <= 0) return;
-  ::syscall(SYS_pidfd_send_signal, impl_->pidfd, sig, nullptr, 0);  // a process gone is no error
-}
-
-bool RankProcess::exited() const {
-  if (pid_ <= 0) return true;
-  siginfo_t info{};
-  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return errno == ECHILD;
-  return info.si_pid == pid_;  // a peek: the status stays for the pidfd wait
-}
-
-void RankProcess::async_wait(std::function<void(int)> on_exit) {
-  impl_->proc.handle().async_wait([pid = pid_, cb = std::move(on_exit)](bp::error_code ec, int status) {
-    forget_own_child(pid);  // reaped: its number may now go to another process
-    cb(ec ? (255 << 8) : status);
-  });
-}
+int RankProcess::pid() const { return child_->pid(); }
+void RankProcess::signal_group(int sig) const { child_->signal_group(sig); }
+void RankProcess::signal(int sig) const { child_->signal(sig); }
+bool RankProcess::exited() const { return child_->exited(); }
+void RankProcess::async_wait(std::function<void(int)> on_exit) { child_->async_wait(std::move(on_exit)); }
 
 }  // namespace sgpu::launcher

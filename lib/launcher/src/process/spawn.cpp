@@ -42,8 +42,10 @@ int child_main(void* arg) {
   }
   // Its own session (so its own group): the terminal's Ctrl-C reaches sgpu,
   // which decides what to pass on, and a rank that reads the terminal gets
-  // end of file instead of being stopped by SIGTTIN.
-  if (::setsid() < 0) ::setpgid(0, 0);
+  // end of file instead of being stopped by SIGTTIN. Other children (ssh,
+  // srun, salloc) only get a group: what sgpu starts itself stays in its
+  // session, where the orphan sweep leaves it to its owner.
+  if (!req.new_session || ::setsid() < 0) ::setpgid(0, 0);
   if (req.parent != 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != req.parent) ::_exit(128 + SIGKILL);  // sgpu died before prctl took effect

@@ -18,6 +18,7 @@ struct SpawnRequest {
   const char* cwd = nullptr;           // nullptr: sgpu's own
   int stdio[3] = {-1, -1, -1};         // the child's fds 0, 1, 2
   pid_t parent = 0;                    // PR_SET_PDEATHSIG(SIGKILL) tied to this pid; 0: none
+  bool new_session = true;             // false: a process group of its own in sgpu's session
   const rlimit* open_files = nullptr;  // RLIMIT_NOFILE to give the child (sgpu's before raising it)
   // --cpu-bind, both made before the clone: the child's CPUs (a cpu_set_t of
   // `cpus_size` bytes), and the NUMA nodes its memory prefers (a bitmask of
@@ -33,9 +34,9 @@ struct Spawned {
   int pidfd = -1;  // owned by the caller
 };
 
-// Starts the child in its own process group with every other fd closed, all
-// signals unblocked and at their defaults (SIGPIPE included); returns once it
-// has exec'd. Throws std::system_error with the errno of the step that
+// Starts the child in its own session (or only its own process group) with
+// every other fd closed, all signals unblocked and at their defaults
+// (SIGPIPE included); returns once it has exec'd. Throws std::system_error with the errno of the step that
 // failed (chdir, exec: ENOENT, EACCES...), the child then reaped.
 Spawned spawn_process(const SpawnRequest& request);
 

@@ -1,33 +1,23 @@
 #include "backends/slurm/slurm_allocation.hpp"
 
-#include "process/child_exec.hpp"
-
-#include <fcntl.h>
-#include <unistd.h>
 #include <array>
-#include <cerrno>
 #include <csignal>
-#include <cstring>
+#include <system_error>
 
 #include <fmt/format.h>
-#include <boost/asio/read.hpp>
-#include <boost/asio/readable_pipe.hpp>
-#include <boost/process/v2/environment.hpp>
-#include <boost/process/v2/process.hpp>
-#include <boost/process/v2/start_dir.hpp>
-#include <boost/process/v2/stdio.hpp>
+#include <boost/asio/write.hpp>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/process/child_process.hpp"
 
 namespace sgpu::launcher {
-namespace bp = boost::process::v2;
 
 struct SallocHold::Impl {
-  Impl(boost::asio::io_context& io, Events ev) : err(io), events(std::move(ev)) {}
+  explicit Impl(Events ev) : events(std::move(ev)) {}
 
-  boost::asio::readable_pipe err;
-  std::optional<bp::process> proc;
-  int hold_fd = -1;  // write end of the hold command's stdin
+  // Its stdin is the hold command's (the hold pipe, sgpu's end in()), its
+  // stderr what sgpu listens to.
+  std::unique_ptr<ChildProcess> proc;
   Events events;
   std::string job_id;
   bool granted = false;
@@ -44,7 +34,7 @@ struct SallocHold::Impl {
   void read_stderr() {
     if (reading || ended) return;
     reading = true;
-    err.async_read_some(boost::asio::buffer(buffer), [this](boost::system::error_code ec, std::size_t n) {
+    proc->err().async_read_some(boost::asio::buffer(buffer), [this](boost::system::error_code ec, std::size_t n) {
       reading = false;
       partial.append(buffer.data(), n);
       std::size_t start = 0;
@@ -96,9 +86,7 @@ struct SallocHold::Impl {
     if (ended) return;
     ended = true;
     close_hold();
-    bp::error_code ec;
-    if (proc) proc->wait(ec);  // already closing its stderr: this reaps it
-    end.wait_status = proc && !ec ? proc->native_exit_code() : (255 << 8);
+    end.wait_status = proc->wait();  // already closing its stderr: this reaps it
     using K = SallocEnd::Kind;
     if (revoked == slurm::SallocLine::Kind::TimeLimit)
       end.kind = K::TimeLimit;
@@ -112,34 +100,26 @@ struct SallocHold::Impl {
   }
 
   void close_hold() {
-    if (hold_fd >= 0) ::close(hold_fd);
-    hold_fd = -1;
+    boost::system::error_code ignored;
+    if (proc) proc->in().close(ignored);
   }
 };
 
 SallocHold::SallocHold(boost::asio::io_context& io, std::vector<std::string> argv, const env::Environment& environment,
                        const std::string& cwd, Events events)
-    : impl_(std::make_unique<Impl>(io, std::move(events))) {
-  auto exe = bp::environment::find_executable(argv.at(0), environment);
-  if (exe.empty())
-    throw Error(fmt::format("--backend slurm: '{}' not found on PATH; is this a SLURM login node?", argv[0]), 127);
-  int hold[2];
-  if (::pipe2(hold, O_CLOEXEC) != 0)
-    throw Error(fmt::format("cannot create a pipe for salloc: {}", std::strerror(errno)), 1);
-  auto env_strings = environment_strings(environment);
-  std::vector<std::string> args(argv.begin() + 1, argv.end());
-  bp::error_code ec;
-  bp::default_process_launcher launcher;
+    : impl_(std::make_unique<Impl>(std::move(events))) {
+  ChildOptions options{std::move(argv), {}, environment, cwd, ChildStream::pipe(), {}, ChildStream::pipe()};
+  options.program = find_on_path(options.argv.at(0), environment);
+  if (options.program.empty())
+    throw Error(fmt::format("--backend slurm: '{}' not found on PATH; is this a SLURM login node?", options.argv[0]),
+                127);
   // Its own process group but no PDEATHSIG: salloc must outlive a killed sgpu to release the job.
-  auto proc = launcher(io.get_executor(), ec, exe, args, bp::process_stdio{hold[0], nullptr, impl_->err},
-                       bp::process_environment(env_strings), bp::process_start_dir(cwd), ChildExecSetup{});
-  ::close(hold[0]);
-  if (ec) {
-    ::close(hold[1]);
-    throw Error(fmt::format("cannot start {}: {}", exe.string(), ec.message()), 1);
+  options.dies_with_sgpu = false;
+  try {
+    impl_->proc = std::make_unique<ChildProcess>(io, options);
+  } catch (const std::system_error& e) {
+    throw Error(fmt::format("cannot start {}: {}", options.program, e.code().message()), 1);
   }
-  impl_->hold_fd = hold[1];
-  impl_->proc.emplace(std::move(proc));
   impl_->read_stderr();
 }
 
@@ -147,7 +127,7 @@ SallocHold::~SallocHold() {
   impl_->close_hold();  // the job ends (exit code 1) if it was not released
   // salloc is left to finish on its own: it releases the allocation when its
   // command reads end of file, sgpu or no sgpu.
-  if (impl_->proc && !impl_->ended) impl_->proc->detach();
+  if (!impl_->ended) impl_->proc->detach();
 }
 
 const std::string& SallocHold::job_id() const { return impl_->job_id; }
@@ -161,17 +141,17 @@ void SallocHold::cancel() {
     release(slurm::kSallocHoldNoCode);
     return;
   }
-  ::kill(impl_->proc->id(), SIGINT);  // salloc withdraws a pending request
+  impl_->proc->signal(SIGINT);  // salloc withdraws a pending request
 }
 
 void SallocHold::release(int exit_code) {
   if (impl_->ended) return;
-  if (impl_->hold_fd >= 0) {
+  if (impl_->proc->in().is_open()) {
     impl_->released = true;
     auto code = fmt::format("{}\n", exit_code & 0xff);
     // A few bytes into an empty pipe: one write that cannot block.
-    while (::write(impl_->hold_fd, code.data(), code.size()) < 0 && errno == EINTR) {
-    }
+    boost::system::error_code ignored;
+    boost::asio::write(impl_->proc->in(), boost::asio::buffer(code), ignored);
     impl_->close_hold();
   }
   impl_->listening = true;

@@ -1,42 +1,40 @@
 #include "backends/slurm/slurm_step.hpp"
 
-#include "process/child_exec.hpp"
-
-#include <sys/prctl.h>
-#include <unistd.h>
 #include <array>
-#include <csignal>
 #include <optional>
+#include <system_error>
 
 #include <fmt/format.h>
 #include <boost/asio/readable_pipe.hpp>
-#include <boost/process/v2/environment.hpp>
-#include <boost/process/v2/process.hpp>
-#include <boost/process/v2/start_dir.hpp>
-#include <boost/process/v2/stdio.hpp>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/process/child_process.hpp"
 
 namespace sgpu::launcher {
-namespace bp = boost::process::v2;
-
 namespace {
 
-bp::filesystem::path find_slurm_program(const std::string& name, const env::Environment& environment) {
-  auto exe = bp::environment::find_executable(name, environment);
-  if (exe.empty())
-    throw Error(fmt::format("--backend slurm: '{}' not found on PATH; is this a SLURM node?", name), 127);
-  return exe;
+// Starts a SLURM program found on its environment's PATH, in its own process
+// group and killed if sgpu dies; throws sgpu::Error when it cannot start.
+std::unique_ptr<ChildProcess> start_slurm_program(boost::asio::io_context& io, ChildOptions options) {
+  options.program = find_on_path(options.argv.at(0), *options.environment);
+  if (options.program.empty())
+    throw Error(fmt::format("--backend slurm: '{}' not found on PATH; is this a SLURM node?", options.argv[0]), 127);
+  try {
+    return std::make_unique<ChildProcess>(io, options);
+  } catch (const std::system_error& e) {
+    throw Error(fmt::format("cannot start {}: {}", options.program, e.code().message()), 1);
+  }
 }
 
 // Splits a pipe into lines; `on_end` once it is closed.
 class LineReader {
  public:
-  LineReader(boost::asio::io_context& io, std::function<void(const std::string&)> on_line, std::function<void()> on_end)
-      : pipe_(io), on_line_(std::move(on_line)), on_end_(std::move(on_end)) {}
-  boost::asio::readable_pipe& pipe() { return pipe_; }
-  void start() {
-    pipe_.async_read_some(boost::asio::buffer(buffer_), [this](boost::system::error_code ec, std::size_t n) {
+  LineReader(std::function<void(const std::string&)> on_line, std::function<void()> on_end)
+      : on_line_(std::move(on_line)), on_end_(std::move(on_end)) {}
+  // Reads `pipe` (which outlives the reads) to its end.
+  void start(boost::asio::readable_pipe& pipe) {
+    pipe_ = &pipe;
+    pipe_->async_read_some(boost::asio::buffer(buffer_), [this](boost::system::error_code ec, std::size_t n) {
       partial_.append(buffer_.data(), n);
       std::size_t from = 0;
       for (auto nl = partial_.find('\n', from); nl != std::string::npos; nl = partial_.find('\n', from)) {
@@ -44,14 +42,14 @@ class LineReader {
         from = nl + 1;
       }
       partial_.erase(0, from);
-      if (!ec) return start();
+      if (!ec) return start(*pipe_);
       if (!partial_.empty()) on_line_(std::exchange(partial_, {}));
       on_end_();
     });
   }
 
  private:
-  boost::asio::readable_pipe pipe_;
+  boost::asio::readable_pipe* pipe_ = nullptr;
   std::function<void(const std::string&)> on_line_;
   std::function<void()> on_end_;
   std::array<char, 8192> buffer_{};
@@ -61,12 +59,10 @@ class LineReader {
 }  // namespace
 
 struct AgentStepProcess::Impl {
-  Impl(boost::asio::io_context& io, Events ev)
+  explicit Impl(Events ev)
       : events(std::move(ev)),
-        out(
-            io, [this](const std::string& l) { on_line(l); }, [this] { closed(); }),
-        err(
-            io, [this](const std::string& l) { on_line(l); }, [this] { closed(); }) {}
+        out([this](const std::string& l) { on_line(l); }, [this] { closed(); }),
+        err([this](const std::string& l) { on_line(l); }, [this] { closed(); }) {}
 
   void on_line(const std::string& line) {
     if (events.line) events.line(slurm::parse_srun_line(line), line);
@@ -84,7 +80,7 @@ struct AgentStepProcess::Impl {
   Events events;
   LineReader out;
   LineReader err;
-  std::optional<bp::process> proc;
+  std::unique_ptr<ChildProcess> proc;
   std::optional<int> wait_status;
   int pipes_closed = 0;
   bool reported = false;
@@ -92,44 +88,31 @@ struct AgentStepProcess::Impl {
 
 AgentStepProcess::AgentStepProcess(boost::asio::io_context& io, const std::vector<std::string>& argv,
                                    const env::Environment& environment, const std::string& cwd, Events events)
-    : impl_(std::make_unique<Impl>(io, std::move(events))) {
-  auto exe = find_slurm_program(argv.at(0), environment);
-  std::vector<std::string> args(argv.begin() + 1, argv.end());
-  bp::error_code ec;
-  bp::default_process_launcher launcher;
-  auto proc =
-      launcher(io.get_executor(), ec, exe, args, bp::process_stdio{nullptr, impl_->out.pipe(), impl_->err.pipe()},
-               bp::process_environment(environment_strings(environment)), bp::process_start_dir(cwd),
-               ChildExecSetup{::getpid()});
-  if (ec) throw Error(fmt::format("cannot start {}: {}", exe.string(), ec.message()), 1);
-  impl_->proc.emplace(std::move(proc));
-  impl_->out.start();
-  impl_->err.start();
-  // The completion's int is Boost's evaluated code (an exit code, or a
-  // signal's number): the wait status is native_exit_code().
-  impl_->proc->async_wait([impl = impl_.get()](bp::error_code wait_ec, int) {
-    impl->wait_status = wait_ec ? (255 << 8) : impl->proc->native_exit_code();
+    : impl_(std::make_unique<Impl>(std::move(events))) {
+  impl_->proc = start_slurm_program(io, {argv, {}, environment, cwd, {}, ChildStream::pipe(), ChildStream::pipe()});
+  impl_->out.start(impl_->proc->out());
+  impl_->err.start(impl_->proc->err());
+  impl_->proc->async_wait([impl = impl_.get()](int status) {
+    impl->wait_status = status;
     impl->maybe_exited();
   });
 }
 
 AgentStepProcess::~AgentStepProcess() = default;
 
-int AgentStepProcess::pid() const { return impl_->proc ? impl_->proc->id() : -1; }
+int AgentStepProcess::pid() const { return impl_->proc ? impl_->proc->pid() : -1; }
 bool AgentStepProcess::running() const { return impl_->proc && !impl_->wait_status; }
 
 void AgentStepProcess::signal(int sig) const {
-  if (running()) ::kill(impl_->proc->id(), sig);
+  if (running()) impl_->proc->signal(sig);
 }
 
 void run_slurm_command(boost::asio::io_context& io, const std::vector<std::string>& argv,
                        const env::Environment& environment,
                        std::function<void(const std::string& out, int wait_status)> done) {
   struct Query {
-    Query(boost::asio::io_context& io, std::function<void(const std::string&, int)> cb)
-        : out(
-              io, [this](const std::string& l) { text += l + "\n"; }, [this] { finish(); }),
-          done(std::move(cb)) {}
+    explicit Query(std::function<void(const std::string&, int)> cb)
+        : out([this](const std::string& l) { text += l + "\n"; }, [this] { finish(); }), done(std::move(cb)) {}
     void finish() {
       if (++events < 2) return;
       done(text, status);
@@ -140,22 +123,15 @@ void run_slurm_command(boost::asio::io_context& io, const std::vector<std::strin
     int status = 0;
     int events = 0;
     std::function<void(const std::string&, int)> done;
-    std::optional<bp::process> proc;
+    std::unique_ptr<ChildProcess> proc;
     std::shared_ptr<Query> self;
   };
-  auto q = std::make_shared<Query>(io, std::move(done));
-  auto exe = find_slurm_program(argv.at(0), environment);
-  std::vector<std::string> args(argv.begin() + 1, argv.end());
-  bp::error_code ec;
-  bp::default_process_launcher launcher;
-  auto proc = launcher(io.get_executor(), ec, exe, args, bp::process_stdio{nullptr, q->out.pipe(), nullptr},
-                       bp::process_environment(environment_strings(environment)), ChildExecSetup{::getpid()});
-  if (ec) throw Error(fmt::format("cannot start {}: {}", exe.string(), ec.message()), 1);
-  q->proc.emplace(std::move(proc));
+  auto q = std::make_shared<Query>(std::move(done));
+  q->proc = start_slurm_program(io, {argv, {}, environment, {}, {}, ChildStream::pipe(), {}});
   q->self = q;
-  q->out.start();
-  q->proc->async_wait([q = q.get()](bp::error_code wait_ec, int) {
-    q->status = wait_ec ? (255 << 8) : q->proc->native_exit_code();
+  q->out.start(q->proc->out());
+  q->proc->async_wait([q = q.get()](int status) {
+    q->status = status;
     q->finish();
   });
 }

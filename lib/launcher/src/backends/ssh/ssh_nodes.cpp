@@ -10,21 +10,37 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
-#include "backends/ssh/ssh_process.hpp"
 #include "backends/ssh/ssh_scripts.hpp"
+#include "sgpu/launcher/process/child_process.hpp"
 
 namespace sgpu::launcher {
 namespace asio = boost::asio;
 
 namespace {
 constexpr std::size_t kTailLines = 20;
+
+// stdin a pipe (secrets, then held open) or a file (a tarball, a binary);
+// stdout and stderr on pipes.
+ChildOptions ssh_options(const SshStep& step) {
+  ChildOptions options;
+  options.argv = step.argv;
+  options.in = step.stdin_file.empty() ? ChildStream::pipe() : ChildStream::path(step.stdin_file);
+  options.out = ChildStream::pipe();
+  options.err = ChildStream::pipe();
+  return options;
+}
 }  // namespace
 
 struct SshNodes::Impl {
   struct Node {
     SshNode spec;
     std::size_t step = 0;
-    std::unique_ptr<SshProcess> proc;
+    // ssh in its own process group: the terminal's Ctrl-C reaches sgpu, which
+    // stops remote nodes through the rendezvous, not by cutting their
+    // connections; signal_group reaches what ssh started (a ProxyCommand,
+    // which ssh killed before it connects leaves running), not a
+    // ControlPersist master (it starts its own session).
+    std::unique_ptr<ChildProcess> proc;
     std::optional<asio::steady_timer> deadline;  // a closed session's ssh gets SIGTERM when it expires
     std::array<char, 4096> out_buf{};
     std::array<char, 4096> err_buf{};
@@ -81,7 +97,7 @@ struct SshNodes::Impl {
     n.wait_status.reset();
     n.out_text.clear();
     try {
-      n.proc = std::make_unique<SshProcess>(io, step.argv, step.stdin_file);
+      n.proc = std::make_unique<ChildProcess>(io, ssh_options(step));
     } catch (const std::system_error& e) {
       n.tail.push_back(std::string("cannot start ") + e.what());
       n.wait_status = 127 << 8;

@@ -5,19 +5,18 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
-#include <boost/process/v2/process.hpp>
-#include <boost/process/v2/stdio.hpp>
 
 #include "backends/ssh/ignore_rules.hpp"
-#include "backends/ssh/ssh_process.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/env/exit_code.hpp"
+#include "sgpu/launcher/process/child_process.hpp"
 
 namespace sgpu::launcher {
 namespace fs = std::filesystem;
-namespace bp = boost::process::v2;
 
 namespace {
 
@@ -68,14 +67,21 @@ void make_sync_tarball(const std::string& dir, const std::vector<std::string>& f
     for (const auto& p : files) f << p << '\0';
     if (!f) throw Error(fmt::format("--sync: cannot write {}", list), 1);
   }
-  const char* path_env = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe): before any thread
-  auto tar = find_on_path("tar", path_env ? path_env : "/usr/bin:/bin");
+  auto tar = find_on_path("tar");
   if (tar.empty()) throw Error("--sync needs tar on the PATH", 1);
   auto err_file = out + ".err";
-  boost::asio::io_context io;
-  bp::process proc(io, tar, {"-C", dir, "--null", "--no-recursion", "-T", list, "-czf", out},
-                   bp::process_stdio{nullptr, nullptr, bp::filesystem::path(err_file)});
-  int code = proc.wait();
+  ChildOptions options;
+  options.argv = {"tar", "-C", dir, "--null", "--no-recursion", "-T", list, "-czf", out};
+  options.program = tar;
+  options.err = ChildStream::path(err_file);
+  boost::asio::io_context io;  // the pidfd's; tar runs to its end here, off any loop
+  int status = 0;
+  try {
+    status = ChildProcess(io, options).wait();
+  } catch (const std::system_error& e) {
+    throw Error(fmt::format("--sync: cannot start {}", e.what()), 1);
+  }
+  int code = env::ExitStatus::from_wait_status(status).shell_code();
   auto err = read_text(err_file);
   fs::remove(list);
   fs::remove(err_file);

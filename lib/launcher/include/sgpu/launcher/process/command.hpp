@@ -13,6 +13,7 @@
 
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/process/child_process.hpp"  // find_on_path
 
 namespace sgpu::launcher {
 
@@ -24,10 +25,6 @@ struct CommandResult {
   std::string start_error;                // why it could not start ("" when it did)
   bool ok() const { return status && status->success() && !timed_out; }
 };
-
-// `name` as exec would find it on `environment`'s PATH (a name with a slash
-// as it is); "" when it is nowhere there.
-std::string find_on_path(const std::string& name, const env::Environment& environment);
 
 // Runs argv (argv[0] an absolute path, or a name looked up on `environment`'s
 // PATH) with `environment`; `done` is posted to `io` once it ended and both

@@ -15,7 +15,7 @@
 // ones are left for the sweep at the end. A child sgpu waits for itself (a
 // rank, by its pidfd; the guard) is never reaped there: spawn_process notes
 // it (note_own_child) until its owner has its status, and children in sgpu's
-// own session (what Boost.Process starts: ssh, srun, salloc) are left to
+// own session (what ChildProcess starts: ssh, srun, salloc) are left to
 // their owners.
 //
 // A SIGKILLed sgpu cannot do this, and its adopted orphans move on to init;

@@ -16,6 +16,8 @@
 
 namespace sgpu::launcher {
 
+class ChildProcess;
+
 struct RankLaunch {
   int rank = 0;
   std::string executable;         // absolute path
@@ -49,7 +51,7 @@ class RankProcess {
   RankProcess(const RankProcess&) = delete;
   RankProcess& operator=(const RankProcess&) = delete;
 
-  int pid() const { return pid_; }
+  int pid() const;
   // Signals the rank's whole process group; a group that is gone is no error.
   void signal_group(int sig) const;
   // Signals the rank's own process alone (through its pidfd: never another
@@ -67,11 +69,9 @@ class RankProcess {
   void async_wait(std::function<void(int wait_status)> on_exit);
 
  private:
-  struct Impl;
   boost::asio::posix::stream_descriptor out_;
   boost::asio::posix::stream_descriptor err_;
-  std::unique_ptr<Impl> impl_;
-  int pid_ = -1;
+  std::unique_ptr<ChildProcess> child_;  // its start and wait, as every child's
 };
 
 }  // namespace sgpu::launcher
