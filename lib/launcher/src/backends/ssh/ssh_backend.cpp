@@ -203,74 +203,65 @@ std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   return chosen;
 }
 
-JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart& run, JobHost& job_host) {
-  const auto& s = ssh::settings(in.spec);
-  auto chosen = choose_ssh_hosts(in.spec);
-  auto opts = ssh_options(in.spec);
+namespace {
 
+// What every node runs: this side's interpreter ($SGPU_PYTHON), its share of
+// --gpus, and the environment forwarded to it ([env], --env-file, -x).
+JobSpec node_job_spec(const SshLaunch& in, const ssh::Settings& s, int ranks) {
   JobSpec node_spec = in.spec;
-  // The interpreter is this side's choice ($SGPU_PYTHON here), not each host's.
   if (auto py = in.inherited.find("SGPU_PYTHON"); node_spec.python.empty() && py != in.inherited.end())
     node_spec.python = py->second;
-  if (node_spec.gpus) node_spec.gpus = chosen.front().ranks;
+  if (node_spec.gpus) node_spec.gpus = ranks;
   ssh::RemoteEnvSources sources;
   sources.spec_env = in.spec.env;
   for (const auto& f : s.env_files)
     sources.env_files.push_back(ssh::parse_env_file(read_file(f, "--env-file"), f, in.inherited));
   sources.x_flags = s.forward_env;
   node_spec.env = ssh::remote_environment(in.inherited, sources);
+  return node_spec;
+}
 
-  // With --sync the nodes run in their copy, at the same place relative to it.
-  std::string node_cwd = in.cwd;
-  std::vector<std::string> sync_files;
-  if (!s.sync.empty()) {
-    auto root = fs::weakly_canonical(fs::absolute(s.sync));
-    sync_files = sync_file_list(root.string(), s.sync_exclude);
-    auto rel = fs::weakly_canonical(in.cwd).lexically_relative(root);
-    node_cwd = rel.empty() || rel.native().starts_with("..") ? "." : rel.string();
-  }
+// --sync: the files shipped, and where the nodes run in their copy (at the
+// same place relative to it as here).
+struct SyncPlan {
+  std::string node_cwd;
+  std::vector<std::string> files;
+};
+SyncPlan sync_plan(const SshLaunch& in, const ssh::Settings& s) {
+  SyncPlan plan{in.cwd, {}};
+  if (s.sync.empty()) return plan;
+  auto root = fs::weakly_canonical(fs::absolute(s.sync));
+  plan.files = sync_file_list(root.string(), s.sync_exclude);
+  auto rel = fs::weakly_canonical(in.cwd).lexically_relative(root);
+  plan.node_cwd = rel.empty() || rel.native().starts_with("..") ? "." : rel.string();
+  return plan;
+}
 
-  ClusterOptions copts;
-  copts.nnodes = static_cast<int>(chosen.size());
-  copts.join_timeout = in.join_timeout;
-  copts.heartbeat_timeout = in.heartbeat_timeout;
-  for (const auto& n : chosen) copts.node_names.push_back(n.entry.host);
-  copts.master_addr = in.spec.rendezvous.master_addr;
-  copts.run = run;
-  // Once the run is over, the sessions still open are ended and waited for:
-  // an agent stops its ranks within the grace, then a few seconds for ssh.
-  Handler* handler_at_end = nullptr;
-  std::chrono::steady_clock::duration session_wait{};
-  copts.on_end = [&handler_at_end, &session_wait] {
-    if (handler_at_end) handler_at_end->on_end(session_wait);
-  };
-  copts.refine_end = [&handler_at_end](env::JobEnd& end, std::function<void()> settled) {
-    if (!handler_at_end) return settled();
-    handler_at_end->refine(end, std::move(settled));
-  };
-  // The agents dial back to the address their ssh session came from, unless
-  // --rdzv-endpoint says where (behind ProxyJump or NAT that address is not ours).
-  std::string launcher_host = ssh::kLauncherAddress;
-  if (!in.spec.rendezvous.endpoint.empty()) {
-    auto where = where_set(in.spec, "rendezvous.endpoint", "--rdzv-endpoint");
-    if (where.starts_with("--rdzv-endpoint ")) where = "--rdzv-endpoint";
-    auto endpoint = rendezvous::parse_endpoint(in.spec.rendezvous.endpoint, where);
-    launcher_host = endpoint.host;
-    copts.listen = rendezvous::Endpoint{"", endpoint.port};
-  }
-  ClusterJob job(io, node_spec, copts, node_cwd, job_host);
-  session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(in.spec.grace.required("--grace") +
-                                                                                 env::Seconds(5));
+// The agents dial back to the address their ssh session came from, unless
+// --rdzv-endpoint says where (behind ProxyJump or NAT that address is not
+// ours); the launcher then listens on its port.
+std::string launcher_host(const JobSpec& spec, ClusterOptions& copts) {
+  if (spec.rendezvous.endpoint.empty()) return ssh::kLauncherAddress;
+  auto where = where_set(spec, "rendezvous.endpoint", "--rdzv-endpoint");
+  if (where.starts_with("--rdzv-endpoint ")) where = "--rdzv-endpoint";
+  auto endpoint = rendezvous::parse_endpoint(spec.rendezvous.endpoint, where);
+  copts.listen = rendezvous::Endpoint{"", endpoint.port};
+  return endpoint.host;
+}
 
+// Each node's ssh steps: the binary (--ship-sgpu), the --sync copy, then
+// the agent, which learns the run's secret on its stdin.
+std::vector<SshNode> node_steps(const SshLaunch& in, const std::vector<ssh::NodeAssignment>& chosen,
+                                const ClusterJob& job, const SyncPlan& sync, const std::string& dial_back) {
+  const auto& s = ssh::settings(in.spec);
+  auto opts = ssh_options(in.spec);
   std::string tarball;
   std::string remote_sync = "~/.cache/sgpu/sync/" + job.run_id();
   if (!s.sync.empty()) {
     tarball = job.run_dir() + "/sync.tar.gz";
-    make_sync_tarball(fs::weakly_canonical(fs::absolute(s.sync)).string(), sync_files, tarball);
+    make_sync_tarball(fs::weakly_canonical(fs::absolute(s.sync)).string(), sync.files, tarball);
   }
-  std::string program = "sgpu";
-  if (s.ship_sgpu) program = shipped_path(in.self_exe);
-
+  std::string program = s.ship_sgpu ? shipped_path(in.self_exe) : "sgpu";
   ssh::AgentBootstrap boot;
   std::string secrets;
   for (const auto& [name, value] : job.agent_environment()) {
@@ -278,12 +269,10 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
     secrets += value + "\n";
   }
   if (!s.sync.empty()) {
-    boot.cd = remote_sync + (node_cwd == "." ? "" : "/" + node_cwd);
+    boot.cd = remote_sync + (sync.node_cwd == "." ? "" : "/" + sync.node_cwd);
     boot.remove_after = remote_sync;  // each run ships its own copy: none is left behind
   }
-
   std::vector<SshNode> nodes;
-  std::vector<std::string> labels;
   for (std::size_t k = 0; k < chosen.size(); ++k) {
     const auto& host = chosen[k].entry;
     SshNode node{host.host, {}};
@@ -300,30 +289,63 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
       b.exports.emplace_back("CUDA_VISIBLE_DEVICES", list);
     }
     b.argv = {program};
-    for (auto& a : job.agent_args(launcher_host, static_cast<int>(k))) b.argv.push_back(std::move(a));
+    for (auto& a : job.agent_args(dial_back, static_cast<int>(k))) b.argv.push_back(std::move(a));
     b.argv.emplace_back("--watch-stdin");  // ssh's stdin: the session ends the agent (SshNodes::end)
     node.steps.push_back(
         {"starting the agent", ssh::ssh_argv(opts, host, ssh::agent_bootstrap_script(b)), "", secrets});
     nodes.push_back(std::move(node));
-    labels.push_back(label(host));
   }
+  return nodes;
+}
 
+}  // namespace
+
+JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart& run, JobHost& job_host) {
+  const auto& s = ssh::settings(in.spec);
+  auto chosen = choose_ssh_hosts(in.spec);
+  auto node_spec = node_job_spec(in, s, chosen.front().ranks);
+  auto sync = sync_plan(in, s);
+
+  ClusterOptions copts;
+  copts.nnodes = static_cast<int>(chosen.size());
+  copts.join_timeout = in.join_timeout;
+  copts.heartbeat_timeout = in.heartbeat_timeout;
+  for (const auto& n : chosen) copts.node_names.push_back(n.entry.host);
+  copts.master_addr = in.spec.rendezvous.master_addr;
+  copts.run = run;
+  // Once the run is over, the sessions still open are ended and waited for:
+  // an agent stops its ranks within the grace, then a few seconds for ssh.
+  Handler* handler_at_end = nullptr;
+  auto session_wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      in.spec.grace.required("--grace") + env::Seconds(5));
+  copts.on_end = [&handler_at_end, &session_wait] {
+    if (handler_at_end) handler_at_end->on_end(session_wait);
+  };
+  copts.refine_end = [&handler_at_end](env::JobEnd& end, std::function<void()> settled) {
+    if (!handler_at_end) return settled();
+    handler_at_end->refine(end, std::move(settled));
+  };
+  auto dial_back = launcher_host(in.spec, copts);
+  ClusterJob job(io, node_spec, copts, sync.node_cwd, job_host);
+  auto nodes = node_steps(in, chosen, job, sync, dial_back);
+
+  std::vector<std::string> labels;
   std::vector<std::string> hosts;
-  for (const auto& n : chosen) hosts.push_back(n.entry.host);
+  for (const auto& n : chosen) {
+    labels.push_back(label(n.entry));
+    hosts.push_back(n.entry.host);
+  }
   Handler handler(io, job, labels, std::move(hosts));
   SshNodes starter(io, std::move(nodes), s.max_parallel, handler);
   handler.attach(starter);
   handler_at_end = &handler;
   starter.start();
-  JobOutcome outcome;
   try {
-    // Returns once the job ended everywhere and every ssh has exited.
-    outcome = job.run();
+    return job.run();  // once the job ended everywhere and every ssh has exited
   } catch (const Error&) {
     if (handler.first()) throw Error(handler.first()->message, handler.first()->exit_code);
     throw;
   }
-  return outcome;
 }
 
 namespace {
