@@ -3,6 +3,8 @@ own addresses and hostnames, tests/e2e/netns.py): node 0's launcher on h0,
 agents on the others. A node that dies and a link that is cut are detected,
 reported by name, and leave no process on any host."""
 import json
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -177,3 +179,29 @@ def test_the_summary_says_how_each_node_reaches_master_addr(sgpu, tmp_path):
         routes = summary["spec"]["routes"]
         assert [(r["node"], r["interface"]) for r in routes] == [("h0", "eth0"), ("h1", "eth0")], routes
         assert all(r["connect_ms"] < 1000 for r in routes), routes
+
+
+def test_a_firewall_dropping_master_port_is_named_before_any_rank_starts(sgpu, tmp_path):
+    # h1 drops every packet it would send to MASTER_PORT (nftables in its own
+    # namespace): the rendezvous works, init_process_group would hang.
+    if shutil.which("nft") is None:
+        pytest.skip("nftables is not installed (scripts/install-deps installs it)")
+    out = tmp_path / "out"
+    out.mkdir()
+    port = 29517
+    with netns.TestNet(2) as net:
+        rules = f"table inet sgpu_test {{\n chain out {{\n type filter hook output priority 0;\n tcp dport {port} drop\n }}\n}}\n"
+        subprocess.run(["ip", "netns", "exec", net.hosts[1].netns, "nft", "-f", "-"], input=rules, text=True,
+                       check=True)
+        t0 = time.monotonic()
+        launcher, agents = start_job(net, sgpu, tmp_path, out, ["--nproc", 1, python_program("dump_env.py")],
+                                     "--master-port", port)
+        _, err = launcher.communicate(timeout=60)
+        agents[0].communicate(timeout=30)
+        assert launcher.returncode == 1, err
+        assert f"node 1 (h1) cannot reach {net.hosts[0].address}:{port} from eth0: no answer in 5s (a firewall?)" \
+            in err, err
+        assert "no rank was started" in err, err
+        assert time.monotonic() - t0 < 30
+        assert list(out.iterdir()) == []
+        nothing_left(net)
