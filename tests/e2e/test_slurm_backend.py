@@ -135,6 +135,13 @@ def test_inside_an_allocation_one_agent_per_node_and_slurms_gpus(slurm_cluster, 
         assert e["SLURM_NTASKS"] == "4" and e["SLURM_NODEID"] == e["NODE_RANK"]
         assert "SGPU_RDZV_SECRET" not in e
     assert envs[0]["MASTER_ADDR"] == envs[3]["MASTER_ADDR"] and envs[0]["MASTER_PORT"] == envs[3]["MASTER_PORT"]
+    # Each node reached MASTER_ADDR before its ranks started; the interface it
+    # did so through is in the summary and pins its ranks' NCCL and gloo sockets.
+    routes = newest_summary(env)["spec"]["routes"]
+    assert [r["node"] for r in routes] == [first, second], routes
+    for e in envs:
+        interface = routes[int(e["NODE_RANK"])]["interface"]
+        assert interface and e["NCCL_SOCKET_IFNAME"] == e["GLOO_SOCKET_IFNAME"] == interface, (routes, e)
 
 
 def test_nproc_cpu_is_resolved_on_each_node(slurm_cluster, cluster_env, sgpu, tmp_path):
