@@ -4,7 +4,8 @@ The launcher is the real binary, started as node 0 of N+1 nodes; the N other
 nodes are simulated agents, all on one event loop in one process
 (build/bench/rdzv_scale/sgpu_rdzv_sim), speaking the real protocol: connect,
 authenticate with the run's secret, join, take their ranks, pass the barrier,
-report their one rank's exit, and wait to be told to finish. One run measures
+reach MASTER_ADDR:MASTER_PORT (the reachability check), report their one
+rank's exit, and wait to be told to finish. One run measures
 the time from the first agent's connect until every agent was started and
 until every agent was told to finish (the simulator's clock), the launcher's
 peak memory (GNU time's max RSS) and the CPU time of the launcher and of the
@@ -121,8 +122,9 @@ def run(ctx):
     s = Section("rendezvous", f"6. Rendezvous scale: {', '.join(map(str, sizes))} simulated agents")
     s.intro = ("A real `sgpu launch` is node 0 of N+1 nodes; N simulated agents, all on one event loop in one "
                "process (`build/bench/rdzv_scale/sgpu_rdzv_sim`), join it over loopback through the real protocol "
-               "(connect, authenticate with the run's secret, join, take their ranks, pass the barrier, report "
-               "their rank's exit, be told to finish). 'All started' is the simulator's time from its first "
+               "(connect, authenticate with the run's secret, join, take their ranks, pass the barrier, connect "
+               "to MASTER_ADDR:MASTER_PORT while node 0 listens there (the reachability check, since protocol 5), "
+               "report their rank's exit, be told to finish). 'All started' is the simulator's time from its first "
                "connect until the last agent was started; 'all finished' until the last was told to finish. Peak "
                "memory is the launcher's max RSS (GNU time); CPU times are user+system and do not grow with the "
                f"machine's load. Runs per size: {repeats}, sizes in turn. No peer ran here. " + TORCH_FIGURE)
