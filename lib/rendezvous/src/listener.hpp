@@ -10,4 +10,8 @@ namespace sgpu::rendezvous {
 // the node has it; port 0: a free one); returns the port. Throws sgpu::Error.
 int listen_on(boost::asio::ip::tcp::acceptor& acceptor, const Endpoint& bind);
 
+// The same on every interface and `port`, the failure in `ec` rather than
+// thrown: node 0's listener for the reachability check (reach_probe.cpp).
+void listen_everywhere(boost::asio::ip::tcp::acceptor& acceptor, unsigned short port, boost::system::error_code& ec);
+
 }  // namespace sgpu::rendezvous

@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "listener.hpp"
 #include "sgpu/env/duration.hpp"
 #include "sgpu/rendezvous/host_info.hpp"
 
@@ -49,16 +49,7 @@ struct ReachProbe::State {
   void listen() {
     boost::system::error_code ec;
     listener.emplace(io);
-    tcp::endpoint any(tcp::v6(), static_cast<unsigned short>(probe.master_port));
-    listener->open(any.protocol(), ec);
-    if (ec) {  // no IPv6 here
-      any = tcp::endpoint(tcp::v4(), static_cast<unsigned short>(probe.master_port));
-      listener->open(any.protocol(), ec);
-    }
-    if (!ec && any.protocol() == tcp::v6()) listener->set_option(asio::ip::v6_only(false), ec);
-    if (!ec) listener->set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) listener->bind(any, ec);
-    if (!ec) listener->listen(asio::socket_base::max_listen_connections, ec);
+    listen_everywhere(*listener, static_cast<unsigned short>(probe.master_port), ec);
     answer(!ec, ec ? ec.message() : "");
   }
 
