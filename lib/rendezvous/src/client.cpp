@@ -47,6 +47,7 @@ struct RendezvousClient::Impl {
   std::chrono::milliseconds retry_delay = kFirstRetry;
   std::string last_error = "no answer";
   std::unique_ptr<ReachProbe> probe;  // the reachability check, from its Probe to Start (node 0 listens meanwhile)
+  std::string route;                  // the interface the check went out by
 
   Impl(asio::io_context& io_, ClientOptions o, Secret s, ClientHandler& h)
       : io(io_),
@@ -216,6 +217,7 @@ struct RendezvousClient::Impl {
         if (std::holds_alternative<Heartbeat>(m)) return;
         if (const auto* asked = std::get_if<Probe>(&m)) {
           probe = std::make_unique<ReachProbe>(io, *asked, [this](const ProbeResult& r) {
+            route = r.interface;
             if (state == State::Ready) socket->send(r);
           });
           return;
@@ -309,6 +311,8 @@ void RendezvousClient::send(const Message& message) {
 void RendezvousClient::ready(const Ready& ready) {
   if (impl_->socket) impl_->send_ready(ready);
 }
+
+const std::string& RendezvousClient::route() const { return impl_->route; }
 
 void RendezvousClient::close() {
   auto& s = *impl_;

@@ -124,7 +124,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     if (spec.ray) in.ray_token = ray_token;
     in.master_port = port;
     in.master_addr = master_addr;
-    in.socket_ifname = rdzv::route_interface(master_addr);
+    in.socket_ifname = client.route();  // what the reachability check found: the summary says the same
     in.node_rank = static_cast<int>(assign.node_rank);
     in.nnodes = static_cast<int>(std::max(1U, assign.nnodes));
     in.rank_base = static_cast<int>(assign.rank_base);
@@ -273,7 +273,6 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   }
 
   void start_ranks(const std::string& master_addr, int port) {
-    std::vector<RankLaunch> launches;
     try {
       plan = make_plan(spec, inputs(port, master_addr));
     } catch (const Error& e) {
@@ -285,11 +284,6 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     }
     for (auto& r : plan.ranks) {
       if (options.rank_environment) options.rank_environment(r.place, r.env);
-      launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd, {}, -1});
-      if (const auto* b = applied_binding(plan, r)) {
-        launches.back().cpus = b->cpus;
-        launches.back().numa_node = b->numa_node;
-      }
       if (plan.report_bindings) diagnostic("sgpu: {}: {}\n", options.node_name, report_line(plan, r));
       files[r.place.rank] = r.files;
     }
@@ -307,7 +301,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     if (control.handle_signals && !held) hold_signals();
     supervisor = std::make_unique<Supervisor>(io, *this, supervision);
     supervising = true;
-    supervisor->start(launches, [this](const JobOutcome&) { on_ranks_finished(); });
+    supervisor->start(rank_launches(plan), [this](const JobOutcome&) { on_ranks_finished(); });
   }
 
   void hold_signals() {

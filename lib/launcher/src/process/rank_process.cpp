@@ -54,6 +54,19 @@ struct BindingMasks {
 };
 }  // namespace
 
+std::vector<RankLaunch> rank_launches(const LaunchPlan& plan) {
+  std::vector<RankLaunch> launches;
+  launches.reserve(plan.ranks.size());
+  for (const auto& r : plan.ranks) {
+    launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd, {}, -1});
+    if (const auto* b = applied_binding(plan, r)) {
+      launches.back().cpus = b->cpus;
+      launches.back().numa_node = b->numa_node;
+    }
+  }
+  return launches;
+}
+
 std::size_t rank_pipe_size(std::size_t ranks) {
   constexpr std::size_t kDefault = 64 << 10;
   constexpr std::size_t kMax = 256 << 10;

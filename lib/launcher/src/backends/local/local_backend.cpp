@@ -19,19 +19,6 @@
 namespace sgpu::launcher::local {
 namespace {
 
-// The ranks' launches from a plan: program, arguments, environment, binding.
-std::vector<RankLaunch> launches_of(const LaunchPlan& p) {
-  std::vector<RankLaunch> launches;
-  for (const auto& r : p.ranks) {
-    launches.push_back({r.place.rank, p.executable, p.argv, r.env, p.cwd, {}, -1});
-    if (const auto* b = applied_binding(p, r)) {
-      launches.back().cpus = b->cpus;
-      launches.back().numa_node = b->numa_node;
-    }
-  }
-  return launches;
-}
-
 // What the plan chose for the user, said once before the ranks start.
 void say_plan_notes(const LaunchPlan& plan, int ranks) {
   if (plan.omp_defaulted && ranks > 1)
@@ -93,7 +80,7 @@ class LocalBackend : public Backend {
       for (auto& r : plan_.ranks) r.env[name] = value;
     }
     offer_stacks(ctx, host, supervisor);
-    return {supervisor.run(launches_of(plan_)), {}};
+    return {supervisor.run(rank_launches(plan_)), {}};
   }
 
  private:
@@ -126,7 +113,7 @@ class LocalBackend : public Backend {
         if (!spec.master_port) *port_ = rendezvous::PortReservation(0);
         in_.master_port = port_->port();
         in_.restart_count = attempt;
-        return launches_of(make_plan(spec, in_));
+        return rank_launches(make_plan(spec, in_));
       };
     }
     options.on_end = [&host] { host.offer_stacks(nullptr); };

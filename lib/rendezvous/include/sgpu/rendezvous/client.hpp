@@ -2,7 +2,9 @@
 // The agent's side of the rendezvous, on the agent's Asio loop: connects to
 // the launcher (retrying until the join timeout, since the launcher may start
 // later), checks that the launcher knows the secret, proves it does too,
-// joins, and then carries the run's messages both ways with heartbeats.
+// joins, takes its part in the reachability check before Start (Probe: node 0
+// listens on MASTER_PORT, the others connect to it), and then carries the
+// run's messages both ways with heartbeats.
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -54,6 +56,9 @@ class RendezvousClient {
   void ready(const Ready& ready);
   // After Finish: closes once what is queued has been sent.
   void close();
+  // The interface this node reached MASTER_ADDR through in the reachability
+  // check ("" before it, where it found no route, or on a job of one node).
+  const std::string& route() const;
 
  private:
   struct Impl;

@@ -69,8 +69,9 @@ struct PlanInputs {
   int node_rank = 0;        // which of spec.nodes this plan is for
   int nnodes = 0;           // the job's node count once a rendezvous has placed it; 0: spec.nodes
   std::string master_addr;  // "" means spec.rendezvous.master_addr, else 127.0.0.1
-  // Multi-node: the interface this node's kernel routes master_addr through
-  // (rendezvous::route_interface); "" leaves the ranks' socket interfaces be.
+  // Multi-node: the interface this node reached master_addr through in the
+  // reachability check (RendezvousClient::route); "" leaves the ranks'
+  // socket interfaces be.
   std::string socket_ifname;
   // Once a rendezvous has placed the node: its first global rank and the
   // job's world size (nodes may differ). Unset: spec.nodes equal nodes.

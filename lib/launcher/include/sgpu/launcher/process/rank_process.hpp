@@ -13,6 +13,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include "sgpu/env/rank_env.hpp"
+#include "sgpu/launcher/plan/plan.hpp"
 
 namespace sgpu::launcher {
 
@@ -27,6 +28,10 @@ struct RankLaunch {
   std::vector<int> cpus;  // bound to these CPUs before exec (--cpu-bind); empty: sgpu's own
   int numa_node = -1;     // its memory preferred on this NUMA node; -1: the kernel's default
 };
+
+// The plan's ranks as started: program, arguments, environment, binding
+// (--cpu-bind none: sgpu's own CPUs).
+std::vector<RankLaunch> rank_launches(const LaunchPlan& plan);
 
 // How big to make each rank's stdout pipe when `ranks` run on this node (pure).
 // A bigger pipe lets sgpu take more per read and the rank write longer between
