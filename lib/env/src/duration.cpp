@@ -96,9 +96,7 @@ std::string format_duration(Seconds d) {
 }
 
 Seconds parse_limit(std::string_view text, const std::string& where) {
-  auto d = parse_duration(text, where, false);
-  if (!d || d->count() <= 0) throw Error(fmt::format("{}: give a limit, e.g. 10s", where));
-  return *d;
+  return Duration(text, where, false).required(where);
 }
 
 Duration::Duration(std::string_view text, std::string_view what, bool none_ok)

@@ -225,8 +225,12 @@ void RendezvousServer::Impl::begin_probe() {
   start_msg = start_message();
   if (nodes.size() < 2) return start_all();
   phase = Phase::Probing;
-  auto timeout = static_cast<std::uint32_t>(options.reach_timeout.count());
-  nodes[0]->socket->send(Probe{start_msg->master_addr, start_msg->master_port, true, timeout});
+  nodes[0]->socket->send(probe(true));
+}
+
+Probe RendezvousServer::Impl::probe(bool listen) const {
+  return Probe{start_msg->master_addr, start_msg->master_port, listen,
+               static_cast<std::uint32_t>(options.reach_timeout.count())};
 }
 
 void RendezvousServer::Impl::on_probe_result(Peer& p, const ProbeResult& r) {
@@ -239,9 +243,8 @@ void RendezvousServer::Impl::on_probe_result(Peer& p, const ProbeResult& r) {
            1);
       return;
     }
-    auto timeout = static_cast<std::uint32_t>(options.reach_timeout.count());
     for (auto* n : nodes)
-      if (n != &p) n->socket->send(Probe{start_msg->master_addr, start_msg->master_port, false, timeout});
+      if (n != &p) n->socket->send(probe(false));
     return;
   }
   if (++probed < nodes.size() - 1) return;
@@ -249,11 +252,9 @@ void RendezvousServer::Impl::on_probe_result(Peer& p, const ProbeResult& r) {
   for (const auto* n : nodes) {
     if (n->node_rank == 0 || n->probe->ok) continue;
     const auto& answer = *n->probe;
-    unreachable.push_back(answer.interface.empty()
-                              ? fmt::format("node {} ({}) cannot reach {}: {} (it has no route there)", n->node_rank,
-                                            n->join.name, target, answer.error)
-                              : fmt::format("node {} ({}) cannot reach {} from {}: {}", n->node_rank, n->join.name,
-                                            target, answer.interface, answer.error));
+    auto via = answer.interface.empty() ? "" : " from " + answer.interface;
+    unreachable.push_back(fmt::format("node {} ({}) cannot reach {}{}: {}{}", n->node_rank, n->join.name, target, via,
+                                      answer.error, answer.interface.empty() ? " (it has no route there)" : ""));
   }
   if (!unreachable.empty()) {
     fail(fmt::format("{}; no rank was started", fmt::join(unreachable, "; ")), 1);

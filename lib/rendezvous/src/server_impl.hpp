@@ -113,6 +113,7 @@ struct RendezvousServer::Impl {
   NodeInfo info(const Peer& n) const;
   Start start_message() const;
   void begin_probe();
+  Probe probe(bool listen) const;  // the check's ask: node 0 listens, the others connect
   void on_probe_result(Peer& p, const ProbeResult& r);
   void start_all();
   void on_running(Peer& p, Message&& m);
