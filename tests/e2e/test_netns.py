@@ -4,13 +4,12 @@ agents on the others. A node that dies and a link that is cut are detected,
 reported by name, and leave no process on any host."""
 import json
 import shutil
-import subprocess
 import time
 
 import pytest
 
 import netns
-from conftest import python_program, sgpu_bin
+from conftest import newest_summary, python_program, sgpu_bin
 from multinode import make_secret_file, read_pids, wait_for
 
 ok, why = netns.available()
@@ -175,8 +174,7 @@ def test_the_summary_says_how_each_node_reaches_master_addr(sgpu, tmp_path):
         _, err = launcher.communicate(timeout=120)
         agents[0].communicate(timeout=30)
         assert launcher.returncode == 0, err
-        summary = json.loads(next((tmp_path / "sgpu-home" / "runs").glob("*/summary.json")).read_text())
-        routes = summary["spec"]["routes"]
+        routes = newest_summary(sgpu.env)["spec"]["routes"]
         assert [(r["node"], r["interface"]) for r in routes] == [("h0", "eth0"), ("h1", "eth0")], routes
         assert all(r["connect_ms"] < 1000 for r in routes), routes
 
@@ -191,8 +189,7 @@ def test_a_firewall_dropping_master_port_is_named_before_any_rank_starts(sgpu, t
     port = 29517
     with netns.TestNet(2) as net:
         rules = f"table inet sgpu_test {{\n chain out {{\n type filter hook output priority 0;\n tcp dport {port} drop\n }}\n}}\n"
-        subprocess.run(["ip", "netns", "exec", net.hosts[1].netns, "nft", "-f", "-"], input=rules, text=True,
-                       check=True)
+        net.hosts[1].run(["nft", "-f", "-"], input=rules, check=True)
         t0 = time.monotonic()
         launcher, agents = start_job(net, sgpu, tmp_path, out, ["--nproc", 1, python_program("dump_env.py")],
                                      "--master-port", port)
