@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string_view>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -9,7 +11,7 @@
 
 namespace sgpu::rendezvous {
 
-JoinCheck check_join(const std::vector<Join>& joined, const Join& candidate, std::uint32_t nnodes) {
+JoinCheck check_join(std::size_t joined, const Join* holder, const Join& candidate, std::uint32_t nnodes) {
   using Kind = JoinCheck::Kind;
   if (candidate.local_ranks == 0) return {Kind::Refuse, fmt::format("node {} has no ranks to run", candidate.name)};
   if (candidate.nnodes != 0 && candidate.nnodes != nnodes)
@@ -18,16 +20,11 @@ JoinCheck check_join(const std::vector<Join>& joined, const Join& candidate, std
   if (candidate.node_rank >= 0 && static_cast<std::uint32_t>(candidate.node_rank) >= nnodes)
     return {Kind::Conflict, fmt::format("node {} asked for node rank {} but the job has {} nodes (valid: 0 to {})",
                                         candidate.name, candidate.node_rank, nnodes, nnodes - 1)};
-  if (joined.size() >= nnodes)
-    return {Kind::Refuse, fmt::format("the rendezvous is full: all {} nodes have joined", nnodes)};
-  if (candidate.node_rank >= 0) {
-    for (const auto& j : joined) {
-      if (j.node_rank == candidate.node_rank)
-        return {Kind::Conflict,
-                fmt::format("node rank {} is claimed by both {} and {} (--node-rank must differ on every node)",
-                            candidate.node_rank, j.name, candidate.name)};
-    }
-  }
+  if (joined >= nnodes) return {Kind::Refuse, fmt::format("the rendezvous is full: all {} nodes have joined", nnodes)};
+  if (holder != nullptr)
+    return {Kind::Conflict,
+            fmt::format("node rank {} is claimed by both {} and {} (--node-rank must differ on every node)",
+                        candidate.node_rank, holder->name, candidate.name)};
   return {};
 }
 
@@ -72,9 +69,12 @@ std::string choose_master_addr(const MasterAddrInputs& in) {
 }
 
 std::vector<std::string> distinct_node_names(const std::vector<std::string>& names) {
+  std::unordered_map<std::string_view, std::size_t> count;  // one pass: 16384 nodes, not 16384 squared compares
+  count.reserve(names.size());
+  for (const auto& n : names) ++count[n];
   std::vector<std::string> out = names;
   for (std::size_t i = 0; i < names.size(); ++i)
-    if (std::count(names.begin(), names.end(), names[i]) > 1) out[i] = fmt::format("{}#{}", names[i], i);
+    if (count[names[i]] > 1) out[i] = fmt::format("{}#{}", names[i], i);
   return out;
 }
 

@@ -28,6 +28,9 @@ void RendezvousServer::Impl::forget_join(Peer& p) {
   if (it == joined.end()) return;
   joined_joins.erase(joined_joins.begin() + (it - joined.begin()));
   joined.erase(it);
+  auto r = p.join.node_rank;
+  if (r >= 0 && static_cast<std::size_t>(r) < claimed.size() && claimed[static_cast<std::size_t>(r)] == &p)
+    claimed[static_cast<std::size_t>(r)] = nullptr;
 }
 
 void RendezvousServer::Impl::drop(Peer& p, const std::string& notice) {
@@ -119,7 +122,11 @@ void RendezvousServer::Impl::on_join(Peer& p, Message&& m) {
     unexpected(m, "before the join");
   }
   if (join->name.empty()) join->name = join->hostname.empty() ? p.socket->peer_address() : join->hostname;
-  auto check = check_join(joined_joins, *join, options.nnodes);
+  claimed.resize(options.nnodes, nullptr);
+  const Join* holder = nullptr;
+  if (join->node_rank >= 0 && static_cast<std::uint32_t>(join->node_rank) < options.nnodes)
+    if (const auto* h = claimed[static_cast<std::size_t>(join->node_rank)]) holder = &h->join;
+  auto check = check_join(joined.size(), holder, *join, options.nnodes);
   switch (check.kind) {
     case JoinCheck::Kind::Refuse:
       handler.on_notice(fmt::format("refused node {} ({}): {}", join->name, p.socket->peer(), check.message));
@@ -135,6 +142,7 @@ void RendezvousServer::Impl::on_join(Peer& p, Message&& m) {
   p.state = State::Joined;
   joined.push_back(&p);
   joined_joins.push_back(p.join);
+  if (p.join.node_rank >= 0) claimed[static_cast<std::size_t>(p.join.node_rank)] = &p;
   handler.on_joined(joined.size(), options.nnodes);
   if (joined.size() == options.nnodes) assign();
 }
@@ -162,6 +170,7 @@ void RendezvousServer::Impl::assign() {
   }
   joined.clear();
   joined_joins.clear();
+  claimed.clear();
 }
 
 void RendezvousServer::Impl::on_preparing(Peer& p, Message&& m) {

@@ -3,6 +3,7 @@
 // must say a hello of this protocol version and prove the run's secret within
 // the heartbeat timeout, and is refused otherwise (one line per reason,
 // RefusalLog); once in, it stays while frames keep coming.
+#include <algorithm>
 #include <cerrno>
 
 #include "listener.hpp"
@@ -45,8 +46,36 @@ void RendezvousServer::Impl::accept() {
       accept_paused_said = false;
       on_accept(std::move(socket));
     }
+    if (unauthenticated >= admission_limit()) return hold_accepting();
     accept();
   });
+}
+
+// At most this many peers wait to authenticate at once: never fewer than the
+// job has nodes, so that a legitimate start of 16384 agents at one moment is
+// never held back.
+std::size_t RendezvousServer::Impl::admission_limit() const {
+  return std::max<std::size_t>(options.max_unauthenticated, options.nnodes + 64);
+}
+
+// At the limit, the next peers wait in the kernel's listen queue (their
+// connect is slow, never reset) until some authenticate or time out.
+void RendezvousServer::Impl::hold_accepting() {
+  accept_held = true;
+  if (!std::exchange(accept_held_said, true))
+    handler.on_notice(
+        fmt::format("{} rendezvous connections are waiting to authenticate (the most at once); new "
+                    "ones wait in the listen queue until these authenticate or time out after {}",
+                    unauthenticated, seconds_text(options.heartbeat_timeout)));
+}
+
+// One peer less waits to authenticate (it did, or it is gone).
+void RendezvousServer::Impl::left_unauthenticated() {
+  --unauthenticated;
+  if (accept_held && unauthenticated < admission_limit() && phase != Phase::Stopped && phase != Phase::Finishing) {
+    accept_held = false;
+    accept();
+  }
 }
 
 // Out of descriptors (a flood, or many nodes against a low limit): retrying
@@ -76,13 +105,6 @@ void RendezvousServer::Impl::say_unsaid_refusals() {
 
 void RendezvousServer::Impl::on_accept(tcp::socket socket) {
   auto fs = std::make_shared<FramedSocket>(std::move(socket), kMaxHelloPayload);
-  if (unauthenticated >= options.max_unauthenticated) {
-    if (refusals.add(fs->peer_address(), "too many connections waiting to authenticate"))
-      handler.on_notice(fmt::format("refused rendezvous peer {}: {} connections are already waiting to authenticate",
-                                    fs->peer(), unauthenticated));
-    fs->close();
-    return;
-  }
   auto peer = std::make_unique<Peer>(io);
   peer->id = next_id++;
   peer->socket = fs;
@@ -134,7 +156,7 @@ void RendezvousServer::Impl::arm_heartbeat() {
 }
 
 void RendezvousServer::Impl::erase(Peer& p) {
-  if (!p.authenticated()) --unauthenticated;
+  if (!p.authenticated()) left_unauthenticated();
   p.liveness.cancel();
   p.socket->close();
   forget_join(p);
@@ -152,7 +174,7 @@ void RendezvousServer::Impl::refuse(Peer& p, const std::string& why, const std::
 void RendezvousServer::Impl::refuse_quietly(Peer& p, const std::string& reason) {
   p.socket->send(Reject{kProtocolVersion, reason});
   p.socket->close_after_flush(std::chrono::milliseconds(200));
-  if (!p.authenticated()) --unauthenticated;
+  if (!p.authenticated()) left_unauthenticated();
   p.state = State::Done;  // never counted again
   p.liveness.cancel();
   forget_join(p);
@@ -192,7 +214,7 @@ void RendezvousServer::Impl::on_auth(Peer& p, const Message& m) {
            "the rendezvous is already complete: every node of this run has joined");
     return;
   }
-  --unauthenticated;
+  left_unauthenticated();
   p.state = State::Join;
   p.socket->set_max_payload(kMaxPayload);
   p.socket->send(Welcome{options.run_id, options.nnodes, static_cast<std::uint32_t>(options.heartbeat_timeout.count()),

@@ -65,12 +65,15 @@ struct RendezvousServer::Impl {
   asio::steady_timer join_timer;
   asio::steady_timer heartbeat_timer;
   asio::steady_timer accept_pause;
-  bool accept_paused_said = false;                        // once per stretch of failed accepts
-  RefusalLog refusals;                                    // peers refused before they authenticated
+  bool accept_paused_said = false;  // once per stretch of failed accepts
+  bool accept_held = false;         // admission_limit() peers wait to authenticate: no accept until one less
+  bool accept_held_said = false;    // once per run
+  RefusalLog refusals;              // peers refused before they authenticated
   std::shared_ptr<int> token = std::make_shared<int>(0);  // handlers check it is still alive
   std::unordered_map<std::uint64_t, std::unique_ptr<Peer>> peers;
   std::vector<Peer*> joined;       // arrival order, until assignment
   std::vector<Join> joined_joins;  // their joins, side by side: checked on every join without copying
+  std::vector<Peer*> claimed;      // by requested node rank (--node-rank), until assignment
   std::vector<Peer*> nodes;        // by node rank, after assignment
   std::uint64_t next_id = 1;
   std::size_t unauthenticated = 0;
@@ -87,6 +90,9 @@ struct RendezvousServer::Impl {
   // --- admission (server_admission.cpp) ---
   void accept();
   void pause_accepting(const boost::system::error_code& ec);
+  std::size_t admission_limit() const;
+  void hold_accepting();
+  void left_unauthenticated();
   void notice(const Peer& p, const std::string& reason, const std::string& text);
   void say_unsaid_refusals();
   void on_accept(tcp::socket socket);

@@ -1,8 +1,11 @@
 // The rendezvous server and clients talking over real loopback sockets, on
 // one event loop in this process.
+#include <algorithm>
+
 #include <doctest/doctest.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "sgpu/rendezvous/client.hpp"
@@ -222,6 +225,34 @@ TEST_CASE("rendezvous: an agent with another secret is refused on both sides, th
   REQUIRE(good.finish);
   CHECK(f.launcher.nodes.size() == 1);
   CHECK(f.launcher.nodes[0].name == "good");
+}
+
+TEST_CASE("rendezvous: at the admission limit, later agents wait in the listen queue and join; none is reset") {
+  Fixture f;
+  ServerOptions o;
+  o.nnodes = 2;
+  o.heartbeat_timeout = 300ms;
+  o.max_unauthenticated = 0;  // the limit is then the job's nodes and 64: 66
+  f.serve(o);
+  // 70 peers that never say hello fill the limit; the two agents come after.
+  std::vector<boost::asio::ip::tcp::socket> silent;
+  for (int i = 0; i < 70; ++i) {
+    silent.emplace_back(f.io);
+    silent.back().connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(f.server->port())});
+  }
+  auto& a = f.add("a", -1, 1, f.secret);
+  auto& b = f.add("b", -1, 1, f.secret);
+  f.run();
+  CHECK(a.lost.empty());
+  CHECK(b.lost.empty());
+  CHECK(a.finish.has_value());
+  CHECK(b.finish.has_value());
+  auto said = [&](const std::string& text) {
+    return std::count_if(f.launcher.notices.begin(), f.launcher.notices.end(),
+                         [&](const std::string& n) { return n.find(text) != std::string::npos; });
+  };
+  CHECK(said("66 rendezvous connections are waiting to authenticate (the most at once)") == 1);
+  CHECK(said("no authenticated hello within 300ms") >= 1);
 }
 
 TEST_CASE("rendezvous: two agents claiming one node rank fail the rendezvous everywhere") {

@@ -20,8 +20,10 @@ struct JoinCheck {
   std::string message;
 };
 
-// `joined` are the nodes already in, in arrival order.
-JoinCheck check_join(const std::vector<Join>& joined, const Join& candidate, std::uint32_t nnodes);
+// `joined`: how many nodes are already in; `holder`: the one of them that
+// asked for the candidate's node rank, if any (the server keeps them by
+// requested rank, so a join costs the same for node 16384 as for node 2).
+JoinCheck check_join(std::size_t joined, const Join* holder, const Join& candidate, std::uint32_t nnodes);
 
 // Node ranks for a full set of joins (in arrival order): a requested rank is
 // honoured; the others fill the free ranks sorted by name, so the same hosts
