@@ -7,6 +7,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "listener.hpp"
 #include "reach_probe.hpp"
 #include "sgpu/env/duration.hpp"
 #include "sgpu/env/error.hpp"
@@ -76,24 +77,33 @@ struct RendezvousClient::Impl {
   }
 
   void connect() {
-    resolver.async_resolve(
-        options.endpoint.host, std::to_string(options.endpoint.port),
-        [this, g = guard()](boost::system::error_code ec, const tcp::resolver::results_type& results) {
-          if (g.expired() || state != State::Connecting) return;
-          if (ec) {
-            retry(fmt::format("cannot resolve {}: {}", options.endpoint.host, ec.message()));
-            return;
-          }
-          connecting = std::make_unique<tcp::socket>(io);
-          asio::async_connect(*connecting, results, [this, g](boost::system::error_code cec, const tcp::endpoint&) {
-            if (g.expired() || state != State::Connecting) return;
-            if (cec) {
-              retry(cec.message());
-              return;
-            }
-            connected();
-          });
-        });
+    resolve(resolver, options.endpoint.host, static_cast<unsigned short>(options.endpoint.port),
+            [this, g = guard()](boost::system::error_code ec, const tcp::resolver::results_type& results) {
+              if (g.expired() || state != State::Connecting) return;
+              if (ec) {
+                retry(fmt::format("cannot resolve {}: {}", options.endpoint.host, ec.message()));
+                return;
+              }
+              connecting = std::make_unique<tcp::socket>(io);
+              asio::async_connect(*connecting, results, [this, g](boost::system::error_code cec, const tcp::endpoint&) {
+                if (g.expired() || state != State::Connecting) return;
+                if (cec) {
+                  retry(cec.message());
+                  return;
+                }
+                // Nothing listens yet on a port of the ephemeral range, and the
+                // kernel gave this socket that very port: TCP's simultaneous open
+                // connected it to itself, and it would read its own hello back.
+                boost::system::error_code lec;
+                boost::system::error_code rec;
+                if (connecting->local_endpoint(lec) == connecting->remote_endpoint(rec) && !lec && !rec) {
+                  connecting->close(lec);
+                  retry("Connection refused");
+                  return;
+                }
+                connected();
+              });
+            });
   }
 
   void retry(const std::string& why) {

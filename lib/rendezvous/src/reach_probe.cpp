@@ -51,6 +51,30 @@ struct ReachProbe::State {
     listener.emplace(io);
     listen_everywhere(*listener, static_cast<unsigned short>(probe.master_port), ec);
     answer(!ec, ec ? ec.message() : "");
+    if (!ec) drain(self);
+  }
+
+  // Every other node connects once: each connection is taken off the listen
+  // queue and closed, so that a queue of somaxconn (4096 here) never fills and
+  // the 4097th node's connect is never dropped into a 5 s "no answer".
+  static void drain(const std::weak_ptr<State>& weak) {
+    auto s = weak.lock();
+    if (!s || !s->listener || !s->listener->is_open()) return;
+    s->listener->async_accept([weak](boost::system::error_code ec, tcp::socket peer) {
+      boost::system::error_code ignored;
+      peer.close(ignored);
+      if (ec == asio::error::operation_aborted) return;
+      if (ec) {  // out of descriptors: the peers wait in the queue, connected; try again shortly
+        auto s2 = weak.lock();
+        if (!s2) return;
+        s2->timer.expires_after(std::chrono::milliseconds(50));
+        s2->timer.async_wait([weak](boost::system::error_code tec) {
+          if (!tec) drain(weak);
+        });
+        return;
+      }
+      drain(weak);
+    });
   }
 
   void connect() {
@@ -64,18 +88,17 @@ struct ReachProbe::State {
       s->answer(false, fmt::format("no answer in {} (a firewall?)",
                                    env::format_duration(std::chrono::milliseconds(s->probe.timeout_ms))));
     });
-    resolver.async_resolve(
-        probe.master_addr, std::to_string(probe.master_port),
-        [weak = self](boost::system::error_code ec, const tcp::resolver::results_type& found) {
-          auto s = weak.lock();
-          if (!s || s->answered) return;
-          if (ec) return s->answer(false, fmt::format("cannot resolve {}: {}", s->probe.master_addr, ec.message()));
-          asio::async_connect(s->socket, found, [weak](boost::system::error_code cec, const tcp::endpoint&) {
-            auto s2 = weak.lock();
-            if (!s2 || s2->answered) return;
-            s2->answer(!cec, cec ? cec.message() : "");
-          });
-        });
+    resolve(resolver, probe.master_addr, static_cast<unsigned short>(probe.master_port),
+            [weak = self](boost::system::error_code ec, const tcp::resolver::results_type& found) {
+              auto s = weak.lock();
+              if (!s || s->answered) return;
+              if (ec) return s->answer(false, fmt::format("cannot resolve {}: {}", s->probe.master_addr, ec.message()));
+              asio::async_connect(s->socket, found, [weak](boost::system::error_code cec, const tcp::endpoint&) {
+                auto s2 = weak.lock();
+                if (!s2 || s2->answered) return;
+                s2->answer(!cec, cec ? cec.message() : "");
+              });
+            });
   }
 };
 
