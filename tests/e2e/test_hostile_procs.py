@@ -184,6 +184,20 @@ def test_a_connection_flood_past_the_descriptor_limit_does_not_spin(sgpu, waitin
             s.close()
 
 
+def test_too_few_descriptors_for_the_nodes_is_one_line_naming_the_limit(sgpu, tmp_path):
+    # Without CAP_SYS_RESOURCE (dropped from the bounding set), as on a user's
+    # login node: the hard limit cannot be raised, and 100 nodes need more.
+    secret = make_secret_file(tmp_path / "secret")
+    args = ["launch", "--nnodes", 100, "--node-rank", 0, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+            "--rdzv-secret-file", secret, "--nproc", 1, "--no-python", "/bin/true"]
+    r = subprocess.run(["setpriv", "--bounding-set", "-sys_resource", "prlimit", "--nofile=64:64", sgpu.bin,
+                        *map(str, args)], env=sgpu.env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "sgpu: error: --nnodes 100: the launcher holds a connection per node and needs at least 132 open files, "
+        "but the hard limit (ulimit -Hn) is 64; raise it (limits.conf, systemd LimitNOFILE)"], r.stderr
+
+
 def wrong_secret_peer(port):
     with w.connect(port) as s:
         cn = w.nonce()

@@ -55,12 +55,25 @@ rlimit raise_open_files_limit(int ranks) {
   return before;
 }
 
+rlim_t node_connections_wanted(int nnodes) { return 2 * static_cast<rlim_t>(std::max(nnodes, 0)) + 256; }
+rlim_t node_connections_needed(int nnodes) { return static_cast<rlim_t>(std::max(nnodes, 0)) + 32; }
+
 void allow_node_connections(int nnodes) {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
-  auto want = static_cast<rlim_t>(nnodes) * 2 + 256;
-  if (lim.rlim_cur >= want) return;
-  lim.rlim_cur = std::min(want, lim.rlim_max);
+  auto want = node_connections_wanted(nnodes);
+  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= want) return;
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < want) {
+    rlimit more{want, want};  // root (CAP_SYS_RESOURCE) may raise the hard limit, up to fs.nr_open
+    if (::setrlimit(RLIMIT_NOFILE, &more) == 0) return;
+  }
+  auto needed = node_connections_needed(nnodes);
+  if (raised_soft_limit(lim.rlim_cur, lim.rlim_max, needed) < needed)
+    throw Error(
+        fmt::format("--nnodes {}: the launcher holds a connection per node and needs at least {} open files, "
+                    "but the hard limit (ulimit -Hn) is {}; raise it (limits.conf, systemd LimitNOFILE)",
+                    nnodes, needed, lim.rlim_max));
+  lim.rlim_cur = raised_soft_limit(lim.rlim_cur, lim.rlim_max, want);
   ::setrlimit(RLIMIT_NOFILE, &lim);
 }
 

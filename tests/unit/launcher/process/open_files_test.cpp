@@ -1,3 +1,5 @@
+#include <initializer_list>
+
 #include <doctest/doctest.h>
 
 #include "sgpu/launcher/process/open_files.hpp"
@@ -23,5 +25,17 @@ TEST_CASE("launcher::raised_soft_limit") {
   SUBCASE("never lowered") {
     CHECK(raised_soft_limit(65536, 524288, 6064) == 65536);
     CHECK(raised_soft_limit(RLIM_INFINITY, RLIM_INFINITY, 6064) == RLIM_INFINITY);
+  }
+}
+
+TEST_CASE("launcher::node_connections") {
+  struct Row {
+    int nnodes;
+    rlim_t wanted, needed;
+  };
+  for (auto r : {Row{1, 258, 33}, Row{2048, 4352, 2080}, Row{16385, 33026, 16417}}) {
+    CAPTURE(r.nnodes);
+    CHECK(node_connections_wanted(r.nnodes) == r.wanted);
+    CHECK(node_connections_needed(r.nnodes) == r.needed);
   }
 }

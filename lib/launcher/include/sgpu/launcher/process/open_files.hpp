@@ -22,9 +22,17 @@ void check_open_files_limit(int ranks);
 // had before. Throws sgpu::Error when even the hard limit is too low.
 rlimit raise_open_files_limit(int ranks);
 
-// A launcher holds a connection per node: on big runs the usual soft limit
-// of 1024 open files is too few. Raised only then (2 per node and 256), so
-// ranks of ordinary runs inherit the limit they always had; never fails.
+// A launcher holds a connection per node, and for a moment another one per
+// node (the reachability check): on big runs the usual soft limit of 1024
+// is too few. Pure: the limit a launcher of `nnodes` nodes raises its own
+// to (2 per node and 256), and the least it can work with (1 per node and 32: a run holds about 20 besides).
+rlim_t node_connections_wanted(int nnodes);
+rlim_t node_connections_needed(int nnodes);
+
+// Raises the soft limit to node_connections_wanted() (and the hard limit,
+// where this process may), only when it is below, so ranks of ordinary runs
+// inherit the limit they always had. Throws sgpu::Error, naming the limit
+// and its value, when even the hard limit is below node_connections_needed().
 void allow_node_connections(int nnodes);
 
 }  // namespace sgpu::launcher
