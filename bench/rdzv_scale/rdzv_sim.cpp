@@ -1,9 +1,19 @@
-// sgpu_rdzv_sim HOST:PORT N FIRST_NODE_RANK: N simulated agents, all on one
-// event loop, join a real launcher's rendezvous (secret in SGPU_RDZV_SECRET)
-// as node ranks FIRST_NODE_RANK.., each with one rank that exits 0 at once.
+// sgpu_rdzv_sim HOST:PORT N FIRST_NODE_RANK: N simulated agents, on one
+// event loop per process (one process while their descriptors fit its
+// limit, more beyond), join a real launcher's rendezvous (secret in
+// SGPU_RDZV_SECRET) as node ranks FIRST_NODE_RANK.., each with one rank that
+// exits 0 at once.
 // Prints JSON: seconds from the first connect until every agent was started
 // (the rendezvous is complete) and until every agent was told to finish.
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <stdexcept>
+#include <utility>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -73,48 +83,126 @@ struct SimAgent : ClientHandler {
   }
 };
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+// What one process of agents reports to the parent: counts, and its last
+// start and finish as steady-clock nanoseconds (one clock for all processes).
+struct Report {
+  int started = 0, finished = 0, failed = 0;
+  std::int64_t last_start_ns = 0, last_finish_ns = 0;
+  char first_failure[256] = {};
+};
+
+std::int64_t ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// One process: `count` agents from node rank `first` on one event loop. Says
+// a byte on `ready` once they are built; they connect once `go` reads end of
+// file (the parent's clock has started).
+Report run_agents(const Endpoint& endpoint, const Secret& secret, int first, int count, int ready, int go) {
+  boost::asio::io_context io(1);
+  Stats stats;
+  std::vector<std::unique_ptr<SimAgent>> agents;
+  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  for (int i = 0; i < count; ++i) {
+    auto a = std::make_unique<SimAgent>();
+    a->node_rank = first + i;
+    a->stats = &stats;
+    ClientOptions o;
+    o.endpoint = endpoint;
+    o.join_timeout = std::chrono::seconds(60);
+    clients.push_back(std::make_unique<RendezvousClient>(io, o, secret, *a));
+    a->client = clients.back().get();
+    agents.push_back(std::move(a));
+  }
+  char byte = 1;
+  if (::write(ready, &byte, 1) != 1) ::_exit(1);
+  ::close(ready);
+  while (::read(go, &byte, 1) < 0 && errno == EINTR) {
+  }
+  for (auto& c : clients) c->start();
+  io.run();
+  Report r{stats.started, stats.finished, stats.failed, ns(stats.last_start), ns(stats.last_finish), {}};
+  std::snprintf(r.first_failure, sizeof r.first_failure, "%s", stats.first_failure.c_str());
+  return r;
+}
 
 }  // namespace
 
+// Every agent holds its rendezvous connection and, during the reachability
+// check, a second one. One process holds as many as its descriptor limit
+// lets it (raised to the hard limit); more agents are split over more
+// processes, as they would be over more machines.
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: sgpu_rdzv_sim HOST:PORT AGENTS FIRST_NODE_RANK (secret in SGPU_RDZV_SECRET)\n");
     return 2;
   }
   try {
-    rlimit lim{};
-    ::getrlimit(RLIMIT_NOFILE, &lim);
-    lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
     auto endpoint = parse_endpoint(argv[1], "HOST:PORT");
     int n = std::atoi(argv[2]);
     int first = std::atoi(argv[3]);
     auto secret = find_secret(sgpu::env::current_environment(), "", "--rdzv-secret-file");
-    boost::asio::io_context io(1);
-    Stats stats;
-    std::vector<std::unique_ptr<SimAgent>> agents;
-    std::vector<std::unique_ptr<RendezvousClient>> clients;
-    for (int i = 0; i < n; ++i) {
-      auto a = std::make_unique<SimAgent>();
-      a->node_rank = first + i;
-      a->stats = &stats;
-      ClientOptions o;
-      o.endpoint = endpoint;
-      o.join_timeout = std::chrono::seconds(60);
-      clients.push_back(std::make_unique<RendezvousClient>(io, o, secret, *a));
-      a->client = clients.back().get();
-      agents.push_back(std::move(a));
+    rlimit lim{};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    auto per_process = lim.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(n) : (lim.rlim_max - 64) / 2;
+    int processes = static_cast<int>((static_cast<rlim_t>(n) + per_process - 1) / per_process);
+    int chunk = (n + processes - 1) / processes;
+    int go[2];
+    int ready[2];
+    if (::pipe(go) != 0 || ::pipe(ready) != 0) throw std::runtime_error("pipe failed");
+    std::vector<std::pair<pid_t, int>> children;  // pid, the read end of its report
+    for (int p = 0; p < processes; ++p) {
+      int out[2];
+      if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        ::close(go[1]);
+        ::close(ready[0]);
+        ::close(out[0]);
+        int from = first + p * chunk;
+        Report r = run_agents(endpoint, secret, from, std::min(chunk, n - p * chunk), ready[1], go[0]);
+        if (::write(out[1], &r, sizeof r) != static_cast<ssize_t>(sizeof r)) ::_exit(1);
+        ::_exit(0);
+      }
+      ::close(out[1]);
+      children.emplace_back(pid, out[0]);
     }
-    stats.t0 = Clock::now();
-    for (auto& c : clients) c->start();
-    io.run();
+    ::close(go[0]);
+    ::close(ready[1]);
+    for (int built = 0; built < processes;) {  // every child has built its clients (not measured)
+      char byte = 0;
+      auto got = ::read(ready[0], &byte, 1);
+      if (got == 0) throw std::runtime_error("an agents' process died before it was ready");
+      if (got == 1) ++built;
+    }
+    auto t0 = Clock::now();
+    ::close(go[1]);
+    Report all;
+    std::string first_failure;
+    std::int64_t last_start = 0, last_finish = 0;
+    for (auto [pid, fd] : children) {
+      Report r;
+      auto got = ::read(fd, &r, sizeof r);
+      ::close(fd);
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      if (got != static_cast<ssize_t>(sizeof r)) throw std::runtime_error("an agents' process died");
+      all.started += r.started;
+      all.finished += r.finished;
+      all.failed += r.failed;
+      last_start = std::max(last_start, r.last_start_ns);
+      last_finish = std::max(last_finish, r.last_finish_ns);
+      if (first_failure.empty()) first_failure = r.first_failure;
+    }
     fmt::print(
-        "{{\"agents\": {}, \"started\": {}, \"finished\": {}, \"failed\": {}, \"all_started_s\": {:.3f}, "
-        "\"all_finished_s\": {:.3f}, \"first_failure\": \"{}\"}}\n",
-        n, stats.started, stats.finished, stats.failed, seconds(stats.last_start - stats.t0),
-        seconds(stats.last_finish - stats.t0), stats.first_failure);
-    return stats.started == n && stats.finished == n ? 0 : 1;
+        "{{\"agents\": {}, \"processes\": {}, \"started\": {}, \"finished\": {}, \"failed\": {}, "
+        "\"all_started_s\": {:.3f}, \"all_finished_s\": {:.3f}, \"first_failure\": \"{}\"}}\n",
+        n, processes, all.started, all.finished, all.failed, all.started ? (last_start - ns(t0)) / 1e9 : 0.0,
+        all.finished ? (last_finish - ns(t0)) / 1e9 : 0.0,
+        first_failure);
+    return all.started == n && all.finished == n ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sgpu_rdzv_sim: %s\n", e.what());
     return 1;
