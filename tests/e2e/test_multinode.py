@@ -1,6 +1,7 @@
 """Multi-node runs with every node on this machine, over loopback: node 0 is
 a static `sgpu launch`, the others static launches or `sgpu agent`s."""
 import json
+import pathlib
 import re
 import signal
 import socket
@@ -376,3 +377,32 @@ def test_a_secret_file_others_can_read_is_refused(sgpu, rdzv):
                    "--nproc", 1, "--no-python", "true")
     assert res.returncode == 2
     assert f"--rdzv-secret-file {secret}: others can read it (mode 0644); run: chmod 600 {secret}" in res.stderr
+
+
+def test_the_network_check_is_in_the_events_and_its_cost_in_the_status_line(sgpu, rdzv, tmp_path):
+    endpoint, secret = rdzv
+    # Node 0 on a terminal (util-linux script), so that it draws its status line.
+    n0_args = ["launch", "--nnodes", 2, "--node-rank", 0, "--rdzv-endpoint", endpoint, "--rdzv-secret-file", secret,
+               "--nproc", 1, "--timeout", "1h", "--no-python", "sleep", "2.5"]
+    line = " ".join(f"'{a}'" for a in [sgpu.bin, *map(str, n0_args)])
+    n0 = subprocess.Popen(["script", "-qefc", f"stty cols 200; {line}", "/dev/null"], env=sgpu.env, cwd=sgpu.cwd,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    n1 = agent(sgpu, endpoint, secret, "--node-name", "second")
+    text, _ = n0.communicate(timeout=60)
+    n1.communicate(timeout=60)
+    assert n0.returncode == 0, text
+    text = text.decode(errors="replace")
+    drawn = re.findall(r"\r\x1b\[K([^\n\r\x1b]*)(?=\r\x1b\[K)", text)
+    checked = [s for s in drawn if "network checked in" in s]
+    assert checked, drawn
+    cost = float(re.search(r"\| network checked in (\d+\.\d)ms$", checked[0]).group(1))
+    assert cost < 50, checked  # loopback: the issue's bound for a healthy job
+    summary = newest_summary(sgpu.env)
+    events = [json.loads(ln) for ln in (pathlib.Path(summary["run_dir"]) / "events.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds.index("run_started") < kinds.index("network_checked") < kinds.index("rank_started"), kinds
+    net = events[kinds.index("network_checked")]
+    assert net["routes"] == summary["spec"]["routes"]
+    assert [r["interface"] for r in net["routes"]] == ["lo", "lo"], net
+    assert net["master_addr"] == summary["spec"]["master_addr"] == "127.0.0.1"
+    assert net["slowest_ms"] == max(r["connect_ms"] for r in net["routes"])

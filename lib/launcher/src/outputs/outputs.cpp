@@ -1,6 +1,7 @@
 #include "sgpu/launcher/outputs/outputs.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <climits>
 #include <csignal>
 #include <cstdio>
@@ -39,6 +40,13 @@ namespace {
 constexpr std::size_t kResultLimit = 16 << 20;    // one rank's result in the summary, at most
 constexpr std::size_t kResultsBudget = 32 << 20;  // every rank's together, in rank order
 constexpr std::size_t kErrorFileLimit = 4 << 20;
+
+// The reachability check's cost: its slowest node's connect.
+double slowest_connect_ms(const std::vector<LaunchPlan::NodeRoute>& routes) {
+  double slowest = 0;
+  for (const auto& r : routes) slowest = std::max(slowest, r.connect_ms);
+  return slowest;
+}
 constexpr std::size_t kStderrTailBytes = 64 << 10;
 constexpr std::size_t kStderrTailLines = 20;
 // Retention's share of one launch: runs renamed into the trash at most, and
@@ -138,6 +146,12 @@ struct JobOutputs::Impl {
          {"world_size", plan.ranks.size()},
          {"nnodes", p.ranks.empty() ? 1 : p.ranks.front().place.nnodes},
          {"spec", "spec.json"}});
+    if (!plan.routes.empty())  // several nodes: how each reached MASTER_ADDR, before any rank started
+      run_log.append_event({{"event", "network_checked"},
+                            {"master_addr", spec["master_addr"]},
+                            {"master_port", spec["master_port"]},
+                            {"routes", spec["routes"]},
+                            {"slowest_ms", slowest_connect_ms(plan.routes)}});
     dir_watch.emplace(io, plan.run_dir, [this] { run_dir_deleted(); });
     fanout.add(*dir_watch);
     for (const auto& r : plan.ranks) {
@@ -154,6 +168,7 @@ struct JobOutputs::Impl {
     fanout.add(signal_before);
     if (sink.has_status()) {
       status.emplace(io, sink, static_cast<int>(plan.ranks.size()), plan.timeout);
+      if (!plan.routes.empty()) status->set_network_check(slowest_connect_ms(plan.routes));
       fanout.add(*status);
     }
   }

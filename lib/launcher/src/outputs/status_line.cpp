@@ -48,6 +48,7 @@ std::string format_status(const StatusSnapshot& s) {
   if (s.failed > 0) out += fmt::format(" ({} failed)", s.failed);
   out += fmt::format(" of {} | {} elapsed", s.world_size, format_clock(s.elapsed));
   if (s.left) out += fmt::format(" | {} left", format_clock(*s.left));
+  if (s.network_check_ms) out += fmt::format(" | network checked in {:.1f}ms", *s.network_check_ms);
   return out;
 }
 

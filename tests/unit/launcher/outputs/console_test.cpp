@@ -94,6 +94,10 @@ TEST_CASE("launcher::format_status") {
   s.stopping = "timed out";
   CHECK(format_status(s) ==
         "sgpu: stopping (timed out): 6 running, 2 exited (1 failed) of 8 | 0:01:23 elapsed | 2:58:37 left");
+  s.stopping.clear();
+  s.network_check_ms = 0.432;
+  CHECK(format_status(s) ==
+        "sgpu: 6 running, 2 exited (1 failed) of 8 | 0:01:23 elapsed | 2:58:37 left | network checked in 0.4ms");
 }
 
 TEST_CASE("launcher::restart_line") {
