@@ -84,7 +84,8 @@ launcher::ResolvedSpec resolve(const LaunchFlags& f, const std::vector<std::stri
   layers.push_back(launcher::command_line_layer(given, words));
   layers.push_back(launcher::set_layer(f.sets));
   auto resolved = launcher::resolve_spec(layers);
-  if (resolved.spec.preflight.only && resolved.spec.entrypoint.target.empty()) {
+  if ((resolved.spec.preflight.only || resolved.spec.rendezvous.explain_network) &&
+      resolved.spec.entrypoint.target.empty()) {
     // Nothing runs; the plan (GPUs, nodes) is the job's, and every node
     // checks a program it can find.
     resolved.spec.entrypoint = {env::Entrypoint::Kind::Executable, "true", {}};

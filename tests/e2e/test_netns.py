@@ -179,6 +179,27 @@ def test_the_summary_says_how_each_node_reaches_master_addr(sgpu, tmp_path):
         assert all(r["connect_ms"] < 1000 for r in routes), routes
 
 
+def test_explain_network_prints_each_nodes_route_and_starts_no_rank(sgpu, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with netns.TestNet(2, hostname="gpu-node", second_net=True) as net:
+        launcher, agents = start_job(net, sgpu, tmp_path, out, ["--explain-network", "-o", "json"])
+        stdout, err = launcher.communicate(timeout=60)
+        _, agent_err = agents[0].communicate(timeout=30)
+        assert launcher.returncode == 0, err
+        assert agents[0].returncode == 0, agent_err
+        doc = json.loads(stdout)
+        assert doc["master_addr"] == net.hosts[0].address and doc["reachable"] is True
+        # Both hosts say gpu-node: the names are told apart, and each node's
+        # ranks would get eth0 (the route to MASTER_ADDR), not eth1 or lo.
+        assert [(n["node_rank"], n["name"], n["interface"], n["NCCL_SOCKET_IFNAME"], n["GLOO_SOCKET_IFNAME"])
+                for n in doc["nodes"]] == [(0, "gpu-node#0", "eth0", "eth0", "eth0"),
+                                           (1, "gpu-node#1", "eth0", "eth0", "eth0")], doc
+        assert doc["nodes"][0]["connect_ms"] is None and 0 < doc["nodes"][1]["connect_ms"] < 1000
+        assert list(out.iterdir()) == []  # no rank ran
+        nothing_left(net)
+
+
 def test_a_firewall_dropping_master_port_is_named_before_any_rank_starts(sgpu, tmp_path):
     # h1 drops every packet it would send to MASTER_PORT (nftables in its own
     # namespace): the rendezvous works, init_process_group would hang.

@@ -232,7 +232,7 @@ Start RendezvousServer::Impl::start_message() const {
 // init_process_group hung until its timeout.
 void RendezvousServer::Impl::begin_probe() {
   start_msg = start_message();
-  if (nodes.size() < 2) return start_all();
+  if (nodes.size() < 2) return checked();
   phase = Phase::Probing;
   nodes[0]->socket->send(probe(true));
 }
@@ -267,6 +267,21 @@ void RendezvousServer::Impl::on_probe_result(Peer& p, const ProbeResult& r) {
   }
   if (!unreachable.empty()) {
     fail(fmt::format("{}; no rank was started", fmt::join(unreachable, "; ")), 1);
+    return;
+  }
+  checked();
+}
+
+// The network is checked: the handler may end here (--explain-network).
+void RendezvousServer::Impl::checked() {
+  std::vector<NodeInfo> infos;
+  infos.reserve(nodes.size());
+  for (const auto* n : nodes) infos.push_back(info(*n));
+  if (auto done = handler.on_network_checked(infos, *start_msg)) {
+    phase = Phase::Stopped;
+    Message word = *done;
+    close_all(&word);
+    handler.on_failed(done->summary, done->exit_code);
     return;
   }
   start_all();

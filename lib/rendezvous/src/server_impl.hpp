@@ -121,6 +121,7 @@ struct RendezvousServer::Impl {
   void begin_probe();
   Probe probe(bool listen) const;  // the check's ask: node 0 listens, the others connect
   void on_probe_result(Peer& p, const ProbeResult& r);
+  void checked();
   void start_all();
   void on_running(Peer& p, Message&& m);
   void on_join_timeout();

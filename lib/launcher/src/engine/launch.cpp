@@ -19,6 +19,7 @@
 #include "sgpu/launcher/devices/topology.hpp"
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
+#include "sgpu/launcher/job/network_report.hpp"
 #include "sgpu/launcher/outputs/outputs.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
 #include "sgpu/launcher/plan/dry_run.hpp"
@@ -161,6 +162,7 @@ class Engine final : public JobHost {
   void make_run(const std::string& root, const RunStart& planned, const LaunchPlan& plan);
   void before_start(const LaunchPlan& plan);
   int preflight_only(const preflight::PreflightResult& result);
+  int network_explained(const NetworkExplained& explained);
   void not_started(const Error& e);
   int finish(BackendRun& result);
 
@@ -263,6 +265,20 @@ int Engine::preflight_only(const preflight::PreflightResult& result) {
   return code;
 }
 
+// --explain-network: the rendezvous and its check were the launch.
+int Engine::network_explained(const NetworkExplained& explained) {
+  backend_->release(0);
+  env::Environment user = ctx_.inherited;
+  for (const auto& [k, v] : ctx_.spec.env) user[k] = v;
+  auto nodes = node_networks(explained, user);
+  record_not_started(ctx_, run_, "every node reaches MASTER_ADDR; no rank was started (--explain-network)", 0);
+  if (ctx_.spec.output_format == "json")
+    output(dump_json(network_json(explained, nodes)));
+  else
+    output(network_text(explained, nodes));
+  return 0;
+}
+
 // A run that the nodes never started (the rendezvous failed, a host was
 // unreachable) still ends its MLflow run, as FAILED with the code; one asked
 // for and not awaited yet is awaited first, so that the summary links it too.
@@ -303,6 +319,11 @@ int Engine::launch() {
   BackendRun result;
   try {
     restart_policy(ctx_.spec);  // checked before anything starts, on one node or many
+    if (ctx_.spec.rendezvous.explain_network && info_.name == "local")
+      throw Error(
+          "--explain-network: this job runs on one node, where the ranks meet over loopback (MASTER_ADDR "
+          "127.0.0.1) and nothing crosses a network; it explains jobs of several nodes (--nnodes, --hosts, SLURM)",
+          kExitUsage);
     check_launch_preflight(ctx_.spec, info_);
     backend_->check(ctx_);
     if (auto answered = answer_from_keyed_run(ctx_, force_new_, key_lock_)) {
@@ -312,6 +333,8 @@ int Engine::launch() {
     result = start();
   } catch (const preflight::PreflightDone& done) {
     return preflight_only(done.result);
+  } catch (const NetworkExplained& explained) {
+    return network_explained(explained);
   } catch (const Error& e) {
     not_started(e);
     throw;

@@ -1,4 +1,5 @@
 #include "sgpu/launcher/job/cluster_job.hpp"
+#include "sgpu/launcher/job/network_report.hpp"
 
 #include "job/node_inquiry.hpp"
 #include "job/preflight_judge.hpp"
@@ -74,7 +75,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   bool finished = false;
   bool stacks_offered = false;  // host.offer_stacks has a taker to withdraw
   std::optional<std::pair<std::string, int>> failure;
-  PreflightJudge preflight_judge;  // --preflight: the verdict over every node's report
+  PreflightJudge preflight_judge;             // --preflight: the verdict over every node's report
+  std::optional<NetworkExplained> explained;  // --explain-network, once the check passed
 
   Impl(asio::io_context& io_, JobSpec s, ClusterOptions o, std::string dir, JobHost& host_)
       : io(io_),
@@ -127,6 +129,17 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
                                              std::uint32_t nnodes) override {
     if (!spec.preflight.enabled) return std::nullopt;
     return preflight_judge.on_report(node, ready, nnodes);
+  }
+
+  // --explain-network: the check passed; every node ends here, no rank started.
+  std::optional<rdzv::Finish> on_network_checked(const std::vector<rdzv::NodeInfo>& checked,
+                                                 const rdzv::Start& start) override {
+    if (!spec.rendezvous.explain_network) return std::nullopt;
+    explained.emplace();
+    explained->master_addr = start.master_addr;
+    explained->master_port = static_cast<int>(start.master_port);
+    explained->nodes = checked;
+    return rdzv::Finish{0, "every node reaches MASTER_ADDR; no rank was started (--explain-network)"};
   }
 
   void arm_progress(std::chrono::seconds after) {
@@ -488,6 +501,7 @@ JobOutcome ClusterJob::run() {
   s.io.run();
   s.io.restart();
   if (auto done = s.preflight_judge.take_only_result()) throw preflight::PreflightDone(std::move(*done));
+  if (s.explained) throw NetworkExplained(std::move(*s.explained));
   if (s.failure) throw Error(s.failure->first, s.failure->second);
   return s.outcome;
 }

@@ -301,6 +301,13 @@ std::vector<KeyInfo> make_keys() {
        .none_ok = false,
        .apply = [](JobSpec& s,
                    const S& v) { s.rendezvous.heartbeat_timeout = env::Duration(as_string(v), v.subject()); }},
+      {.path = "rendezvous.explain_network",
+       .kind = K::Bool,
+       .flags = "--explain-network",
+       .help = "join every node and run the reachability check, then print per node the interface that reaches "
+               "MASTER_ADDR and the NCCL/GLOO_SOCKET_IFNAME its ranks would get: no rank starts, the entrypoint "
+               "may be left out (exit 0 every node reaches it, 1 one does not)",
+       .apply = [](JobSpec& s, const S& v) { s.rendezvous.explain_network = as_bool(v); }},
       // [preflight]
       {.path = "preflight.enabled",
        .kind = K::Bool,

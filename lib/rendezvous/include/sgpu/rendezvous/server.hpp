@@ -70,6 +70,13 @@ class ServerHandler {
                                                std::uint32_t /*nnodes*/) {
     return std::nullopt;
   }
+  // Every node is ready and reaches MASTER_ADDR:MASTER_PORT (the
+  // reachability check passed; one node: nothing to check), before Start is
+  // sent. A Finish returned ends the rendezvous with it on every node, no
+  // rank started (--explain-network; then on_failed with its summary).
+  virtual std::optional<Finish> on_network_checked(const std::vector<NodeInfo>& /*nodes*/, const Start& /*start*/) {
+    return std::nullopt;
+  }
   // Every node joined and is ready; Start has been sent to all.
   virtual void on_started(const std::vector<NodeInfo>& nodes, const Start& start) = 0;
   // A run-time message from an agent (RankOutput, RankExited, NodeDone, Abort, ...).
@@ -79,7 +86,7 @@ class ServerHandler {
   virtual void on_node_lost(std::uint32_t node_rank, const std::string& why) = 0;
   // The rendezvous cannot complete (timeout, conflicting requests, an agent
   // that cannot run); every agent has been sent Abort. Also after a Finish
-  // that on_node_ready returned.
+  // that on_node_ready or on_network_checked returned.
   virtual void on_failed(const std::string& message, int exit_code) = 0;
 };
 

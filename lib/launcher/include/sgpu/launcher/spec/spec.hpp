@@ -59,6 +59,7 @@ struct RendezvousSpec {
   std::string secret_file;
   env::Duration join_timeout = "10m";
   env::Duration heartbeat_timeout = "10s";
+  bool explain_network = false;  // --explain-network: the rendezvous and its check, printed; no rank
 };
 
 // [mlflow]: every launch is an MLflow run when a tracking server is named.
