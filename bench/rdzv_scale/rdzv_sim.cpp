@@ -54,6 +54,13 @@ struct SimAgent : ClientHandler {
     j.name = fmt::format("sim-{:05d}", node_rank);
     j.hostname = j.name;
     j.addresses = {"127.0.0.1"};
+    // A GPU node's usual network report (protocol 6): loopback, the cluster
+    // network, IPoIB and its RDMA device, the hostname's address.
+    j.interfaces = {{"lo", {"127.0.0.1", "::1"}, true, 65536, "loopback"},
+                    {"eth0", {"127.0.0.1", "fd00::1:2"}, true, 9000, "ether"},
+                    {"ib0", {"10.128.0.2"}, true, 2044, "infiniband"}};
+    j.rdma = {{"mlx5_0", "InfiniBand", "ACTIVE"}};
+    j.hostname_address = "127.0.1.1";
     j.local_ranks = 1;
     j.node_rank = node_rank;
     return j;

@@ -196,6 +196,16 @@ def test_explain_network_prints_each_nodes_route_and_starts_no_rank(sgpu, tmp_pa
                 for n in doc["nodes"]] == [(0, "gpu-node#0", "eth0", "eth0", "eth0"),
                                            (1, "gpu-node#1", "eth0", "eth0", "eth0")], doc
         assert doc["nodes"][0]["connect_ms"] is None and 0 < doc["nodes"][1]["connect_ms"] < 1000
+        # Each agent reported its node's network at Join: both interfaces, up,
+        # with their addresses, and the hostname's loopback address.
+        for node, host in zip(doc["nodes"], net.hosts):
+            by_name = {i["name"]: i for i in node["interfaces"]}
+            assert by_name["eth0"]["up"] and by_name["eth0"]["kind"] == "ether", node
+            assert host.address in by_name["eth0"]["addresses"], node
+            assert by_name["eth1"]["up"] and by_name["eth1"]["mtu"] > 0, node
+            assert by_name["lo"]["kind"] == "loopback", node
+            assert node["hostname"] == "gpu-node" and node["hostname_resolves_to"] == "127.0.1.1", node
+            assert node["rdma"] == []
         assert list(out.iterdir()) == []  # no rank ran
         nothing_left(net)
 

@@ -80,7 +80,7 @@ def test_a_replayed_proof_is_refused(sgpu, launcher):
     (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "exceeds the limit of 1024"),  # the first bytes read as a huge length
     (struct.pack(">IB", 2 << 20, w.CLIENT_HELLO) + b"x" * 4096, "frame of 2097152 bytes exceeds the limit"),
     (w.frame(w.CLIENT_HELLO, b"NOTSGPU!" + b"\0" * 34), "bad magic"),
-    (w.frame(w.JOIN, b"\0" * 32), "unexpected Join before the hello"),
+    (w.frame(w.JOIN, b"\0" * 44), "unexpected Join before the hello"),  # a well-formed, empty Join
     (w.frame(200, b""), "unknown message type 200"),
 ], ids=["http", "oversized", "bad-magic", "join-first", "unknown-type"])
 def test_garbage_and_oversized_frames_close_only_that_connection(sgpu, launcher, junk, notice):

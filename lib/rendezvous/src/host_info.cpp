@@ -3,10 +3,15 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 
 namespace sgpu::rendezvous {
 
@@ -38,6 +43,105 @@ std::vector<std::string> local_addresses() {
   v4.erase(std::unique(v4.begin(), v4.end()), v4.end());
   if (v4.size() > 64) v4.resize(64);
   return v4;
+}
+
+namespace {
+// One line of a sysfs file, without its newline; "" when missing.
+std::string sys_line(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string address_text(const sockaddr* a) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (a->sa_family == AF_INET) {
+    if (::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(a)->sin_addr, text, sizeof text) != nullptr)
+      return text;
+  } else if (a->sa_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(a);
+    if (!IN6_IS_ADDR_LINKLOCAL(&v6->sin6_addr) && ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text) != nullptr)
+      return text;
+  }
+  return "";
+}
+
+const char* interface_kind(const std::string& type) {
+  if (type == "1") return "ether";
+  if (type == "772") return "loopback";
+  if (type == "32") return "infiniband";
+  return "other";
+}
+}  // namespace
+
+std::vector<NetInterface> local_interfaces(const std::string& sys_root) {
+  std::vector<NetInterface> out;
+  std::map<std::string, std::size_t> index;
+  std::map<std::string, std::vector<std::string>> v6;  // after the IPv4 ones
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (auto* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
+    std::string name = ifa->ifa_name;
+    auto [it, added] = index.emplace(name, out.size());
+    if (added) {
+      if (out.size() >= kMaxInterfaces) {
+        index.erase(it);
+        continue;
+      }
+      NetInterface f;
+      f.name = name;
+      f.up = (ifa->ifa_flags & IFF_UP) != 0 && (ifa->ifa_flags & IFF_RUNNING) != 0;
+      auto dir = std::filesystem::path(sys_root) / "class/net" / name;
+      auto mtu = sys_line(dir / "mtu");
+      f.mtu = mtu.empty() ? 0 : static_cast<std::uint32_t>(std::strtoul(mtu.c_str(), nullptr, 10));
+      f.kind = interface_kind(sys_line(dir / "type"));
+      out.push_back(std::move(f));
+    }
+    if (ifa->ifa_addr == nullptr) continue;
+    auto text = address_text(ifa->ifa_addr);
+    if (text.empty()) continue;
+    auto& f = out[it->second];
+    if (ifa->ifa_addr->sa_family == AF_INET)
+      f.addresses.push_back(text);
+    else
+      v6[name].push_back(text);
+  }
+  ::freeifaddrs(list);
+  for (auto& f : out) {
+    for (auto& a : v6[f.name]) f.addresses.push_back(std::move(a));
+    if (f.addresses.size() > 16) f.addresses.resize(16);
+  }
+  return out;
+}
+
+std::vector<RdmaDevice> rdma_devices(const std::string& sys_root) {
+  std::vector<RdmaDevice> out;
+  std::error_code ec;
+  auto dir = std::filesystem::path(sys_root) / "class/infiniband";
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (out.size() >= kMaxInterfaces) break;
+    RdmaDevice d;
+    d.name = entry.path().filename().string();
+    d.link_layer = sys_line(entry.path() / "ports/1/link_layer");
+    auto state = sys_line(entry.path() / "ports/1/state");  // "4: ACTIVE"
+    auto colon = state.find(": ");
+    d.state = colon == std::string::npos ? state : state.substr(colon + 2);
+    out.push_back(std::move(d));
+  }
+  std::sort(out.begin(), out.end(), [](const RdmaDevice& a, const RdmaDevice& b) { return a.name < b.name; });
+  return out;
+}
+
+std::string hostname_address(const std::string& hostname) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(hostname.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return "";
+  auto text = address_text(found->ai_addr);
+  ::freeaddrinfo(found);
+  return text;
 }
 
 std::string route_interface(const std::string& address) {

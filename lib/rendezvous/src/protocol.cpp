@@ -122,6 +122,22 @@ void put(WireWriter& w, const Join& m) {
   w.i32(m.node_rank);
   w.u32(m.nnodes);
   w.i32(m.pid);
+  w.u32(static_cast<std::uint32_t>(m.interfaces.size()));
+  for (const auto& i : m.interfaces) {
+    w.bytes(i.name);
+    w.u32(static_cast<std::uint32_t>(i.addresses.size()));
+    for (const auto& a : i.addresses) w.bytes(a);
+    w.u8(i.up ? 1 : 0);
+    w.u32(i.mtu);
+    w.bytes(i.kind);
+  }
+  w.u32(static_cast<std::uint32_t>(m.rdma.size()));
+  for (const auto& d : m.rdma) {
+    w.bytes(d.name);
+    w.bytes(d.link_layer);
+    w.bytes(d.state);
+  }
+  w.bytes(m.hostname_address);
 }
 void put(WireWriter& w, const Assign& m) {
   w.u32(m.node_rank);
@@ -260,6 +276,26 @@ Message get(MessageType type, WireReader& r) {
       m.node_rank = r.i32();
       m.nnodes = r.u32();
       m.pid = r.i32();
+      n = r.count(kMaxInterfaces, 17, "interfaces");
+      for (std::uint32_t i = 0; i < n; ++i) {
+        NetInterface f;
+        f.name = r.bytes(kMaxNameBytes, "interface name");
+        auto addresses = r.count(kMaxAddresses, 4, "interface addresses");
+        for (std::uint32_t k = 0; k < addresses; ++k) f.addresses.push_back(r.bytes(kMaxNameBytes, "address"));
+        f.up = r.u8() != 0;
+        f.mtu = r.u32();
+        f.kind = r.bytes(kMaxNameBytes, "interface kind");
+        m.interfaces.push_back(std::move(f));
+      }
+      n = r.count(kMaxInterfaces, 12, "RDMA devices");
+      for (std::uint32_t i = 0; i < n; ++i) {
+        RdmaDevice d;
+        d.name = r.bytes(kMaxNameBytes, "RDMA device");
+        d.link_layer = r.bytes(kMaxNameBytes, "link layer");
+        d.state = r.bytes(kMaxNameBytes, "port state");
+        m.rdma.push_back(std::move(d));
+      }
+      m.hostname_address = r.bytes(kMaxNameBytes, "hostname address");
       return m;
     }
     case MessageType::Assign: {

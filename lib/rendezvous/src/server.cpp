@@ -298,7 +298,10 @@ NodeInfo RendezvousServer::Impl::info(const Peer& n) const {
                   n.join.gpus,
                   n.preflight,
                   n.probe ? n.probe->interface : "",
-                  n.probe ? n.probe->elapsed_us : 0};
+                  n.probe ? n.probe->elapsed_us : 0,
+                  n.join.interfaces,
+                  n.join.rdma,
+                  n.join.hostname_address};
 }
 
 void RendezvousServer::Impl::start_all() {

@@ -180,6 +180,9 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     join.name = options.node_name;
     join.hostname = hostname;
     join.addresses = rdzv::local_addresses();
+    join.interfaces = rdzv::local_interfaces();
+    join.rdma = rdzv::rdma_devices();
+    join.hostname_address = rdzv::hostname_address(hostname);
     join.gpus = discovery.gpus;
     join.local_ranks = static_cast<std::uint32_t>(local_ranks);
     join.node_rank = options.node_rank.value_or(-1);

@@ -3,10 +3,14 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sgpu/env/socket_ifname.hpp"
+#include "sgpu/rendezvous/endpoint.hpp"
 
 namespace sgpu::launcher {
+
+using rendezvous::is_loopback_address;
 
 namespace {
 std::string value_of(const env::Environment& env, const std::string& name) {
@@ -48,6 +52,24 @@ std::string network_text(const NetworkExplained& e, const std::vector<NodeNetwor
   out +=
       "The interfaces are those each node's kernel routes MASTER_ADDR through; a NCCL_SOCKET_IFNAME or "
       "GLOO_SOCKET_IFNAME you set (here, in [env] or on the node) wins.\n";
+  for (std::size_t i = 0; i < e.nodes.size() && i < nodes.size(); ++i) {
+    const auto& n = e.nodes[i];
+    std::vector<std::string> parts;
+    for (const auto& f : n.interfaces)
+      parts.push_back(fmt::format("{} {}{}{}{}", f.name, f.up ? "up" : "down",
+                                  f.mtu ? fmt::format(" mtu {}", f.mtu) : "", f.kind == "infiniband" ? " (IPoIB)" : "",
+                                  f.addresses.empty() ? "" : " " + fmt::format("{}", fmt::join(f.addresses, " "))));
+    for (const auto& d : n.rdma)
+      parts.push_back(fmt::format("RDMA {} ({}{}, {})", d.name, d.link_layer,
+                                  d.link_layer == "Ethernet" ? ": RoCE" : "", d.state.empty() ? "?" : d.state));
+    out += fmt::format("node {} ({}): {}\n", n.node_rank, n.name,
+                       parts.empty() ? "no interface reported" : fmt::format("{}", fmt::join(parts, "; ")));
+    if (is_loopback_address(n.hostname_address))
+      out += fmt::format(
+          "  its hostname {} resolves to {} there: gloo, left to choose, would bind loopback (sgpu sets "
+          "GLOO_SOCKET_IFNAME)\n",
+          n.hostname, n.hostname_address);
+  }
   return out;
 }
 
@@ -62,6 +84,19 @@ nlohmann::ordered_json network_json(const NetworkExplained& e, const std::vector
                     {"connect_ms", n.node_rank == 0 ? J(nullptr) : J(n.connect_ms)},
                     {"NCCL_SOCKET_IFNAME", or_null(n.nccl_ifname)},
                     {"GLOO_SOCKET_IFNAME", or_null(n.gloo_ifname)}});
+  for (std::size_t i = 0; i < e.nodes.size() && i < list.size(); ++i) {
+    const auto& n = e.nodes[i];
+    auto interfaces = J::array();
+    for (const auto& f : n.interfaces)
+      interfaces.push_back(
+          {{"name", f.name}, {"addresses", f.addresses}, {"up", f.up}, {"mtu", f.mtu}, {"kind", f.kind}});
+    auto rdma = J::array();
+    for (const auto& d : n.rdma) rdma.push_back({{"name", d.name}, {"link_layer", d.link_layer}, {"state", d.state}});
+    list[i]["hostname"] = n.hostname;
+    list[i]["hostname_resolves_to"] = or_null(n.hostname_address);
+    list[i]["interfaces"] = interfaces;
+    list[i]["rdma"] = rdma;
+  }
   return {{"master_addr", e.master_addr}, {"master_port", e.master_port}, {"reachable", true}, {"nodes", list}};
 }
 

@@ -44,7 +44,8 @@
 
 namespace sgpu::rendezvous {
 
-inline constexpr std::uint16_t kProtocolVersion = 5;  // 4: Inspect, Inspection; 5: Probe, ProbeResult
+inline constexpr std::uint16_t kProtocolVersion =
+    6;  // 4: Inspect, Inspection; 5: Probe, ProbeResult; 6: Join's network
 inline constexpr std::string_view kMagic = "SGPURDZV";
 inline constexpr std::size_t kFrameHeaderSize = 5;
 inline constexpr std::uint32_t kMaxHelloPayload = 1024;
@@ -56,6 +57,7 @@ inline constexpr std::size_t kProofSize = 32;  // HMAC-SHA256
 inline constexpr std::size_t kMaxNameBytes = 256;
 inline constexpr std::size_t kMaxAddresses = 64;
 inline constexpr std::size_t kMaxGpus = 256;
+inline constexpr std::size_t kMaxInterfaces = 256;
 inline constexpr std::size_t kMaxMessageBytes = 16 * 1024;
 inline constexpr std::size_t kMaxFileBytes = 256 * 1024;  // error.json, result
 inline constexpr std::size_t kMaxJobBytes = 512 * 1024;
@@ -129,6 +131,25 @@ struct Welcome {
   bool operator==(const Welcome&) const = default;
 };
 
+// One network interface of a node, as its agent found it when it joined.
+struct NetInterface {
+  std::string name;
+  std::vector<std::string> addresses;  // IPv4 first, then IPv6; link-local ones left out
+  bool up = false;                     // administratively up and with a carrier (IFF_UP, IFF_RUNNING)
+  std::uint32_t mtu = 0;
+  std::string kind;  // "ether", "loopback", "infiniband", "other"
+  bool operator==(const NetInterface&) const = default;
+};
+
+// An RDMA device (/sys/class/infiniband): its first port's link layer
+// ("InfiniBand", or "Ethernet" for RoCE) and state ("ACTIVE", "DOWN"...).
+struct RdmaDevice {
+  std::string name;
+  std::string link_layer;
+  std::string state;
+  bool operator==(const RdmaDevice&) const = default;
+};
+
 struct Join {
   std::string name;      // how the launcher names this node (the backend's name, else hostname)
   std::string hostname;  // gethostname()
@@ -138,6 +159,10 @@ struct Join {
   std::int32_t node_rank = -1;  // -1: any
   std::uint32_t nnodes = 0;     // what the agent was told the job has; 0: whatever the launcher says
   std::int32_t pid = 0;
+  // The node's network (issue 29): what NCCL and gloo will choose from.
+  std::vector<NetInterface> interfaces;
+  std::vector<RdmaDevice> rdma;
+  std::string hostname_address;  // what `hostname` resolves to there ("" unresolved): 127.0.1.1 misleads gloo
   bool operator==(const Join&) const = default;
 };
 

@@ -54,6 +54,10 @@ struct NodeInfo {
   // through ("" unknown, or one node) and how long its connect took.
   std::string socket_interface;
   std::uint32_t reach_us = 0;
+  // Its network as its agent reported it at Join.
+  std::vector<NetInterface> interfaces;
+  std::vector<RdmaDevice> rdma;
+  std::string hostname_address;
 };
 
 class ServerHandler {
