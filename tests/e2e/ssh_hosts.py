@@ -50,9 +50,11 @@ class SshHosts:
     """`n` hosts with sshd on port 22; ssh_config() is a client config that
     reaches them with the key made here."""
 
-    def __init__(self, n, authorized=None, host_env=None):
+    def __init__(self, n, authorized=None, host_env=None, hostname=None, second_net=False):
+        """`hostname`, `second_net`: as netns.TestNet's (one hostname on every
+        host, resolving to 127.0.1.1; a second interface reaching no host)."""
         self.dir = tempfile.mkdtemp(prefix="sgpu-ssh-")  # short: ControlPath must fit in 108 bytes
-        self.net = netns.TestNet(n)
+        self.net = netns.TestNet(n, hostname=hostname, second_net=second_net)
         self.hosts = []
         self._threads = []
         try:

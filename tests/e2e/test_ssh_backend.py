@@ -83,6 +83,25 @@ def test_ddp_on_two_hosts_matches_one_host(sgpu):
             assert job_processes(h) == [], h.name
 
 
+def test_hosts_sharing_a_hostname_on_127_0_1_1_run_gloo_over_ssh_without_an_interface_set(sgpu, tmp_path):
+    # As from one image: both hosts are gpu-node, resolving to 127.0.1.1, each
+    # with a second interface that reaches no other host. gloo, left to
+    # choose, binds loopback and init_process_group hangs; sgpu gives each
+    # node the interface its kernel routes MASTER_ADDR through.
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out))
+    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}, hostname="gpu-node", second_net=True) as hosts:
+        res = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nproc", 1, "--timeout", "90s", "-x", "OUT_DIR",
+                     "-o", "json", python_program("store_job.py"), env=env)
+        assert res.returncode == 0, res.stderr
+        assert [(out / f"{r}.txt").read_text().split()[1] for r in range(2)] == ["3"] * 2  # 1+2, over eth0
+        routes = json.loads(res.stdout)["spec"]["routes"]
+        assert [r["interface"] for r in routes] == ["eth0", "eth0"], routes
+        for h in hosts.hosts:
+            assert job_processes(h) == [], h.name
+
+
 def test_arguments_and_environment_reach_remote_ranks_unchanged(sgpu, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
