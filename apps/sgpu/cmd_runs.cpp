@@ -107,6 +107,7 @@ std::string runs_table(const std::vector<RunInfo>& runs) {
 Command add_runs(CLI::App& app) {
   struct Flags : Common {
     bool all = false;
+    bool ids = false;
     std::size_t limit = kDefaultListed;
   };
   auto f = std::make_shared<Flags>();
@@ -114,7 +115,16 @@ Command add_runs(CLI::App& app) {
   add_common(cmd, *f);
   cmd->add_flag("--all", f->all, "every run (default: the newest 20)");
   cmd->add_option("--limit", f->limit, "the newest N runs")->check(at_least(1));
+  cmd->add_flag("--ids", f->ids,
+                "only the ids of every run, newest first, one per line, reading no run (for scripts and shell "
+                "completion)");
   return [f](const DashTail&) {
+    if (f->ids) {
+      std::string out;
+      for (const auto& id : launcher::run_ids(f->root())) out += id + "\n";
+      launcher::output(out);
+      return 0;
+    }
     auto runs = launcher::list_runs(f->root(), f->all ? std::nullopt : std::optional(f->limit));
     if (f->json()) {
       ordered_json list = ordered_json::array();

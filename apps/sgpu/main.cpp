@@ -38,6 +38,7 @@ int run_command(int argc, char** argv, sgpu::app::Ending& ending) {
   auto agent = sgpu::app::add_agent_command(app);
   auto doctor = sgpu::app::add_doctor_command(app);
   auto run_commands = sgpu::app::add_run_commands(app);
+  auto completion = sgpu::app::add_completion_command(app);
   // What was parsed, also before a usage error, says whether -o json was asked.
   auto asked = [&] { ending.json = sgpu::app::json_output_asked(app, ending.launch); };
   try {
@@ -62,6 +63,7 @@ int run_command(int argc, char** argv, sgpu::app::Ending& ending) {
     if (app.got_subcommand("devices")) return devices(tail);
     if (app.got_subcommand("agent")) return agent(tail);
     if (app.got_subcommand("doctor")) return doctor(tail);
+    if (app.got_subcommand("completion")) return completion(tail);
     for (const auto& [name, command] : run_commands)
       if (app.got_subcommand(name)) return command(tail);
     return 0;
