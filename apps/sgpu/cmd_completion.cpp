@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli_model.hpp"
 #include "commands.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/io/print.hpp"
@@ -16,92 +17,10 @@
 namespace sgpu::app {
 namespace {
 
-// What a word in a given place may be.
-enum class ValueKind {
-  None,    // a flag: no value
-  Any,     // a value with nothing to offer (a number, a duration)
-  Path,    // a file or directory
-  Choice,  // one of `choices`
-  Run,     // a run id (or name, or 'last')
-};
-
-struct OptionModel {
-  std::vector<std::string> names;  // "--backend", "-o"
-  std::string help;
-  ValueKind value = ValueKind::None;
-  std::vector<std::string> choices;
-};
-
-struct CommandModel {
-  std::string name;
-  std::string help;
-  std::vector<OptionModel> options;
-  ValueKind positional = ValueKind::None;  // `launch`: the entrypoint (a file), then the job's own words
-};
-
-// "local|ssh|slurm" (the schema's value names) or CLI11's "TEXT:{text,json}".
-std::vector<std::string> choices_of(const std::string& type) {
-  std::string list;
-  if (auto open = type.find('{'); open != std::string::npos && type.find('}', open) != std::string::npos)
-    list = type.substr(open + 1, type.find('}', open) - open - 1);
-  else if (type.find('|') != std::string::npos && type.find(' ') == std::string::npos)
-    list = type;
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (!list.empty() && start <= list.size()) {
-    auto end = list.find_first_of(",|", start);
-    if (end == std::string::npos) end = list.size();
-    if (end > start) out.push_back(list.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
-bool is_path(const OptionModel& o, const std::string& type) {
-  if (type.find("PATH") != std::string::npos || type.find("FILE") != std::string::npos) return true;
-  for (const auto& n : o.names)
-    if (n == "--config" || n == "--log-dir" || n == "--env-file" || n.find("-file") != std::string::npos ||
-        n == "--python" || n == "--ssh-config" || n == "--sync")
-      return true;
-  return false;
-}
-
-std::string one_line(std::string text) {
-  std::replace(text.begin(), text.end(), '\n', ' ');
+// A description for fish's menu: one line, at most 100 characters.
+std::string short_help(std::string text) {
   if (text.size() > 100) text = text.substr(0, 97) + "...";
   return text;
-}
-
-std::vector<CommandModel> model_of(const CLI::App& root) {
-  std::vector<CommandModel> out;
-  for (const auto* sub : root.get_subcommands([](const CLI::App*) { return true; })) {
-    CommandModel c{sub->get_name(), one_line(sub->get_description()), {}, ValueKind::None};
-    for (const auto* opt : sub->get_options()) {
-      if (opt->get_positional()) {
-        c.positional = opt->get_name() == "RUN" ? ValueKind::Run : ValueKind::Path;
-        continue;
-      }
-      OptionModel o;
-      for (const auto& l : opt->get_lnames()) o.names.push_back("--" + l);
-      for (const auto& s : opt->get_snames()) o.names.push_back("-" + s);
-      if (o.names.empty()) continue;
-      o.help = one_line(opt->get_description());
-      auto type = opt->get_type_name();
-      if (opt->get_expected_min() == 0 || opt->get_type_size() == 0) {
-        o.value = ValueKind::None;
-      } else if (auto choices = choices_of(type); !choices.empty()) {
-        o.value = ValueKind::Choice;
-        o.choices = std::move(choices);
-      } else {
-        o.value = is_path(o, type) ? ValueKind::Path : ValueKind::Any;
-      }
-      c.options.push_back(std::move(o));
-    }
-    if (c.name == "launch") c.positional = ValueKind::Path;
-    if (c.name == "completion") c.positional = ValueKind::Choice;
-    out.push_back(std::move(c));
-  }
-  return out;
 }
 
 std::string joined(const std::vector<std::string>& words) { return fmt::format("{}", fmt::join(words, " ")); }
@@ -212,7 +131,7 @@ std::string fish_script(const std::vector<CommandModel>& commands) {
   std::vector<std::string> names;
   for (const auto& c : commands) names.push_back(c.name);
   for (const auto& c : commands)
-    out += fmt::format("complete -c sgpu -n '__fish_use_subcommand' -a {} -d {}\n", c.name, quoted(c.help));
+    out += fmt::format("complete -c sgpu -n '__fish_use_subcommand' -a {} -d {}\n", c.name, quoted(short_help(c.help)));
   for (const auto& c : commands) {
     auto when = fmt::format("'__fish_seen_subcommand_from {}'", c.name);
     for (const auto& o : c.options) {
@@ -226,7 +145,7 @@ std::string fish_script(const std::vector<CommandModel>& commands) {
         value = " -r -F";
       else if (o.value == ValueKind::Any)
         value = " -x";
-      out += fmt::format("complete -c sgpu -n {}{}{} -d {}\n", when, names_part, value, quoted(o.help));
+      out += fmt::format("complete -c sgpu -n {}{}{} -d {}\n", when, names_part, value, quoted(short_help(o.help)));
     }
     if (c.positional == ValueKind::Run)
       out += fmt::format("complete -c sgpu -n {} -a '(sgpu runs --ids 2>/dev/null) last'\n", when);

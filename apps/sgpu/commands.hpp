@@ -22,6 +22,8 @@ Command add_agent_command(CLI::App& app);
 Command add_doctor_command(CLI::App& app);
 // sgpu completion bash|zsh|fish, generated from `app` as it stands when run.
 Command add_completion_command(CLI::App& app);
+// sgpu manual: the sgpu(1) man page, generated from `app` and the README's exit codes.
+Command add_manual_command(CLI::App& app);
 // runs, status, logs, wait, cancel, prune (cmd_runs.cpp), by name.
 std::vector<std::pair<std::string, Command>> add_run_commands(CLI::App& app);
 

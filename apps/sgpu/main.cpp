@@ -13,6 +13,7 @@
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/process/orphan_reaper.hpp"
+#include "sgpu_version.hpp"
 #include "startup.hpp"
 
 namespace {
@@ -32,13 +33,14 @@ int cli_exit(const CLI::App& app, const CLI::Error& e) {
 int run_command(int argc, char** argv, sgpu::app::Ending& ending) {
   CLI::App app{"sgpu: launch distributed training on N GPUs of this node or of remote nodes", "sgpu"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "sgpu 0.1.0");
+  app.set_version_flag("--version", kSgpuVersion, "The version, the commit, the build and its optional parts");
   auto launch = sgpu::app::add_launch_command(app);
   auto devices = sgpu::app::add_devices_command(app);
   auto agent = sgpu::app::add_agent_command(app);
   auto doctor = sgpu::app::add_doctor_command(app);
   auto run_commands = sgpu::app::add_run_commands(app);
   auto completion = sgpu::app::add_completion_command(app);
+  auto manual = sgpu::app::add_manual_command(app);
   // What was parsed, also before a usage error, says whether -o json was asked.
   auto asked = [&] { ending.json = sgpu::app::json_output_asked(app, ending.launch); };
   try {
@@ -64,6 +66,7 @@ int run_command(int argc, char** argv, sgpu::app::Ending& ending) {
     if (app.got_subcommand("agent")) return agent(tail);
     if (app.got_subcommand("doctor")) return doctor(tail);
     if (app.got_subcommand("completion")) return completion(tail);
+    if (app.got_subcommand("manual")) return manual(tail);
     for (const auto& [name, command] : run_commands)
       if (app.got_subcommand(name)) return command(tail);
     return 0;

@@ -1,6 +1,9 @@
-"""sgpu completion bash|zsh|fish, driven in the real shells: what a user's
-<TAB> would offer, and that every option of the CLI is in each script."""
+"""What a user gets besides running jobs: shell completion (sgpu completion
+bash|zsh|fish) driven in the real shells, the man page (sgpu manual)
+rendered by man, and sgpu --version. Each is generated from the CLI itself;
+the tests fail when a flag --help lists is missing from any of them."""
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -118,3 +121,50 @@ def test_every_flag_and_subcommand_is_in_every_shells_completion(sgpu):
                         (shell, sub, flag)
                 else:
                     assert flag in script, (shell, sub, flag)
+
+
+# --- the man page -----------------------------------------------------------
+
+def rendered_manual(sgpu):
+    page = sgpu.run("manual").stdout
+    assert page.startswith(".TH SGPU 1"), page[:200]
+    res = subprocess.run(["man", "--warnings", "-l", "-"], input=page, capture_output=True, text=True, timeout=30,
+                         env=dict(os.environ, MANWIDTH="200"))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == "", res.stderr  # groff's warnings: a page that renders cleanly
+    return res.stdout
+
+
+@pytest.mark.skipif(shutil.which("man") is None, reason="man-db missing: run scripts/install-deps")
+def test_the_man_page_renders_and_has_every_subcommand_flag_and_exit_code(sgpu):
+    text = rendered_manual(sgpu)
+    top = sgpu.run("--help").stdout.split("Subcommands:", 1)[1]
+    for sub in re.findall(r"^  ([a-z]+)\s", top, re.M):
+        section = text.split(f"\nSGPU {sub}\n", 1)
+        assert len(section) == 2, sub
+        body = section[1].split("\nSGPU ", 1)[0].split("\nEXIT STATUS", 1)[0]
+        for flag in help_flags(sgpu, sub):
+            assert re.search(rf"(^|[\s,]){re.escape(flag)}([\s,]|$)", body, re.M), (sub, flag)
+    # The exit codes are the README's table, row by row.
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("### Exit codes", 1)[1].split("\n#", 1)[0]
+    codes = re.findall(r"^\| ([^|]+?) \| ", table, re.M)
+    assert len(codes) >= 10, table
+    exit_status = text.split("EXIT STATUS", 1)[1].split("FILES", 1)[0]
+    assert [c for c in codes if c not in ("code", "---")] == re.findall(r"^ {7}(\S[^\n]*?)(?: {2,}|\n)", exit_status,
+                                                                       re.M), exit_status
+
+
+def test_version_says_the_version_commit_build_and_optional_parts(sgpu):
+    res = sgpu.run("--version")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 4, lines
+    assert re.fullmatch(r"sgpu \d+\.\d+\.\d+", lines[0]), lines
+    m = re.fullmatch(r"commit ([0-9a-f]{12})(-dirty)?", lines[1])
+    assert m, lines
+    root = pathlib.Path(__file__).resolve().parents[2]
+    if (root / ".git").exists():  # a commit of this repository
+        assert subprocess.run(["git", "-C", str(root), "cat-file", "-e", m.group(1) + "^{commit}"]).returncode == 0
+    assert re.fullmatch(r"build (Debug|Release|RelWithDebInfo|MinSizeRel)(, ASan\+UBSan)?", lines[2]), lines
+    assert re.fullmatch(r"CUDA and NCCL headers: (yes|no) \(.*\)", lines[3]), lines
