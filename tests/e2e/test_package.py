@@ -1,0 +1,72 @@
+"""The .deb (scripts/package, which scripts/test runs; its path in SGPU_DEB):
+what it holds, lintian's verdict, and a real install and removal with dpkg
+into a root of its own (dpkg --root), so the test leaves this machine as it
+was; apt resolves its dependencies against this Debian."""
+import gzip
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+DEB = os.environ.get("SGPU_DEB", "")
+pytestmark = pytest.mark.skipif(not DEB, reason="SGPU_DEB unset: scripts/package makes the .deb (scripts/test does)")
+
+
+def run(*argv, **kw):
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=120, **kw)
+
+
+def test_the_package_holds_the_binary_man_page_and_completions():
+    info = run("dpkg-deb", "-f", DEB, "Package", "Version", "Architecture", "Depends")
+    assert info.returncode == 0, info.stderr
+    fields = dict(line.split(": ", 1) for line in info.stdout.splitlines())
+    assert fields["Package"] == "sgpu" and fields["Architecture"] == "amd64"
+    assert fields["Depends"].startswith("libc6"), fields  # everything else is linked in
+    files = run("dpkg-deb", "-c", DEB).stdout
+    for path in ("./usr/bin/sgpu", "./usr/share/man/man1/sgpu.1.gz",
+                 "./usr/share/bash-completion/completions/sgpu", "./usr/share/fish/vendor_completions.d/sgpu.fish",
+                 "./usr/share/doc/sgpu/copyright", "./usr/share/doc/sgpu/changelog.gz"):
+        assert f" {path}\n" in files, (path, files)
+
+
+@pytest.mark.skipif(shutil.which("lintian") is None, reason="lintian missing: run scripts/install-deps")
+def test_lintian_finds_no_error_or_warning():
+    res = run("lintian", "--fail-on", "error,warning", DEB)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_apt_can_install_it_on_this_debian():
+    res = run("apt-get", "install", "--simulate", "--no-install-recommends", DEB)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Inst sgpu (" in res.stdout, res.stdout
+
+
+def test_it_installs_runs_renders_its_man_page_and_removes_cleanly(tmp_path):
+    root = tmp_path / "root"
+    (root / "var/lib/dpkg/info").mkdir(parents=True)
+    (root / "var/lib/dpkg/updates").mkdir()
+    (root / "var/lib/dpkg/status").touch()
+    (root / "var/lib/dpkg/available").touch()
+    # Its dependency (libc6) is this machine's, not in the empty root's database.
+    res = run("dpkg", f"--root={root}", "--force-depends", "--force-script-chrootless", "-i", DEB)
+    assert res.returncode == 0, res.stdout + res.stderr
+    sgpu = root / "usr/bin/sgpu"
+    version = run(sgpu, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("sgpu "), version.stderr
+    job = run(sgpu, "launch", "--nproc", 2, "--no-python", "sh", "-c", "echo rank $RANK of $WORLD_SIZE",
+              env=dict(os.environ, SGPU_HOME=str(tmp_path / "home")))
+    assert job.returncode == 0, job.stderr
+    assert sorted(line.split("] ", 1)[1] for line in job.stdout.splitlines()) == ["rank 0 of 2", "rank 1 of 2"]
+    page = gzip.decompress((root / "usr/share/man/man1/sgpu.1.gz").read_bytes()).decode()
+    man = run("man", "--warnings", "-l", "-", input=page, env=dict(os.environ, MANWIDTH="100"))
+    assert man.returncode == 0 and man.stderr == "", man.stderr
+    assert "SGPU launch" in man.stdout and "--backend" in man.stdout
+    bash = run("bash", "-c", f"source {root}/usr/share/bash-completion/completions/sgpu && complete -p sgpu")
+    assert bash.stdout.strip() == "complete -F _sgpu sgpu", bash.stderr
+    res = run("dpkg", f"--root={root}", "-r", "sgpu")
+    assert res.returncode == 0, res.stdout + res.stderr
+    left = [p for p in root.rglob("*") if p.is_file() and "var/lib/dpkg" not in str(p)]
+    assert left == [], left
+    assert not (root / "usr/bin/sgpu").exists()
