@@ -406,3 +406,12 @@ def test_the_network_check_is_in_the_events_and_its_cost_in_the_status_line(sgpu
     assert [r["interface"] for r in net["routes"]] == ["lo", "lo"], net
     assert net["master_addr"] == summary["spec"]["master_addr"] == "127.0.0.1"
     assert net["slowest_ms"] == max(r["connect_ms"] for r in net["routes"])
+
+
+def test_explain_network_on_one_node_is_a_usage_error_that_says_why(sgpu):
+    res = sgpu.run("launch", "--explain-network", "--nproc", 2)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == (
+        "sgpu: error: --explain-network: this job runs on one node, where the ranks meet over loopback "
+        "(MASTER_ADDR 127.0.0.1) and nothing crosses a network; it explains jobs of several nodes (--nnodes, "
+        "--hosts, SLURM)"), res.stderr

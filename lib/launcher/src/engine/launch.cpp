@@ -87,6 +87,12 @@ void check_capabilities(const JobSpec& spec, const BackendInfo& info) {
                             where_set(spec, "output.detach", "--detach"), those, info.name),
                 kExitUsage);
   }
+  // The ranks run under this process, on this node: nothing crosses a network to explain.
+  if (spec.rendezvous.explain_network && info.can.ranks_here)
+    throw Error(
+        "--explain-network: this job runs on one node, where the ranks meet over loopback (MASTER_ADDR "
+        "127.0.0.1) and nothing crosses a network; it explains jobs of several nodes (--nnodes, --hosts, SLURM)",
+        kExitUsage);
 }
 
 // A question from another sgpu command to this running run.
@@ -319,11 +325,6 @@ int Engine::launch() {
   BackendRun result;
   try {
     restart_policy(ctx_.spec);  // checked before anything starts, on one node or many
-    if (ctx_.spec.rendezvous.explain_network && info_.name == "local")
-      throw Error(
-          "--explain-network: this job runs on one node, where the ranks meet over loopback (MASTER_ADDR "
-          "127.0.0.1) and nothing crosses a network; it explains jobs of several nodes (--nnodes, --hosts, SLURM)",
-          kExitUsage);
     check_launch_preflight(ctx_.spec, info_);
     backend_->check(ctx_);
     if (auto answered = answer_from_keyed_run(ctx_, force_new_, key_lock_)) {
