@@ -26,7 +26,6 @@ void RendezvousServer::Impl::start() {
 void RendezvousServer::Impl::forget_join(Peer& p) {
   auto it = std::find(joined.begin(), joined.end(), &p);
   if (it == joined.end()) return;
-  joined_joins.erase(joined_joins.begin() + (it - joined.begin()));
   joined.erase(it);
   auto r = p.join.node_rank;
   if (r >= 0 && static_cast<std::size_t>(r) < claimed.size() && claimed[static_cast<std::size_t>(r)] == &p)
@@ -141,14 +140,13 @@ void RendezvousServer::Impl::on_join(Peer& p, Message&& m) {
   p.join = std::move(*join);
   p.state = State::Joined;
   joined.push_back(&p);
-  joined_joins.push_back(p.join);
   if (p.join.node_rank >= 0) claimed[static_cast<std::size_t>(p.join.node_rank)] = &p;
   handler.on_joined(joined.size(), options.nnodes);
   if (joined.size() == options.nnodes) assign();
 }
 
 void RendezvousServer::Impl::assign() {
-  auto ranks = assign_node_ranks(joined_joins, options.nnodes);
+  auto ranks = assign_node_ranks(joins(), options.nnodes);
   nodes.assign(options.nnodes, nullptr);
   for (std::size_t i = 0; i < joined.size(); ++i) {
     joined[i]->node_rank = ranks[i];
@@ -169,7 +167,6 @@ void RendezvousServer::Impl::assign() {
     n->socket->send(Assign{n->node_rank, options.nnodes, n->rank_base, world});
   }
   joined.clear();
-  joined_joins.clear();
   claimed.clear();
 }
 
@@ -274,10 +271,7 @@ void RendezvousServer::Impl::on_probe_result(Peer& p, const ProbeResult& r) {
 
 // The network is checked: the handler may end here (--explain-network).
 void RendezvousServer::Impl::checked() {
-  std::vector<NodeInfo> infos;
-  infos.reserve(nodes.size());
-  for (const auto* n : nodes) infos.push_back(info(*n));
-  if (auto done = handler.on_network_checked(infos, *start_msg)) {
+  if (auto done = handler.on_network_checked(node_infos(), *start_msg)) {
     phase = Phase::Stopped;
     Message word = *done;
     close_all(&word);
@@ -304,6 +298,20 @@ NodeInfo RendezvousServer::Impl::info(const Peer& n) const {
                   n.join.hostname_address};
 }
 
+std::vector<NodeInfo> RendezvousServer::Impl::node_infos() const {
+  std::vector<NodeInfo> infos;
+  infos.reserve(nodes.size());
+  for (const auto* n : nodes) infos.push_back(info(*n));
+  return infos;
+}
+
+std::vector<Join> RendezvousServer::Impl::joins() const {
+  std::vector<Join> out;
+  out.reserve(joined.size());
+  for (const auto* p : joined) out.push_back(p->join);
+  return out;
+}
+
 void RendezvousServer::Impl::start_all() {
   phase = Phase::Running;
   boost::system::error_code ignored;
@@ -311,12 +319,10 @@ void RendezvousServer::Impl::start_all() {
   accept_pause.cancel();
   join_timer.cancel();
   say_unsaid_refusals();
-  std::vector<NodeInfo> infos;
-  infos.reserve(nodes.size());
+  auto infos = node_infos();  // with their preflight reports, cleared below
   for (auto* n : nodes) {
     n->state = State::Running;
     n->socket->send(*start_msg);
-    infos.push_back(info(*n));
     n->preflight.clear();
   }
   handler.on_started(infos, *start_msg);
@@ -349,7 +355,7 @@ void RendezvousServer::Impl::on_join_timeout() {
   refusals.take_unsaid();  // the error says them all
   if (phase == Phase::Joining) {
     fail(fmt::format("the rendezvous timed out after {} (--join-timeout): {}{}", seconds_text(options.join_timeout),
-                     describe_missing(joined_joins, options.nnodes, options.expected_names), refused),
+                     describe_missing(joins(), options.nnodes, options.expected_names), refused),
          1);
   } else if (phase == Phase::Probing) {
     fail(fmt::format("the rendezvous timed out after {} (--join-timeout): every node got ready but the check that "

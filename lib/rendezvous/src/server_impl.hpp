@@ -71,10 +71,9 @@ struct RendezvousServer::Impl {
   RefusalLog refusals;              // peers refused before they authenticated
   std::shared_ptr<int> token = std::make_shared<int>(0);  // handlers check it is still alive
   std::unordered_map<std::uint64_t, std::unique_ptr<Peer>> peers;
-  std::vector<Peer*> joined;       // arrival order, until assignment
-  std::vector<Join> joined_joins;  // their joins, side by side: checked on every join without copying
-  std::vector<Peer*> claimed;      // by requested node rank (--node-rank), until assignment
-  std::vector<Peer*> nodes;        // by node rank, after assignment
+  std::vector<Peer*> joined;   // arrival order, until assignment
+  std::vector<Peer*> claimed;  // by requested node rank (--node-rank), until assignment
+  std::vector<Peer*> nodes;    // by node rank, after assignment
   std::uint64_t next_id = 1;
   std::size_t unauthenticated = 0;
   std::size_t ready = 0;
@@ -117,6 +116,8 @@ struct RendezvousServer::Impl {
   void assign();
   void on_preparing(Peer& p, Message&& m);
   NodeInfo info(const Peer& n) const;
+  std::vector<NodeInfo> node_infos() const;  // by node rank
+  std::vector<Join> joins() const;           // of `joined`, in arrival order (assignment, the timeout's message)
   Start start_message() const;
   void begin_probe();
   Probe probe(bool listen) const;  // the check's ask: node 0 listens, the others connect
