@@ -3,6 +3,7 @@
 //   sgpu manual | man -l -
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -14,15 +15,19 @@
 namespace sgpu::app {
 namespace {
 
-// Text as roff reads it: backslashes doubled, a leading '.' or '\'' kept
-// from being read as a request, hyphens in option names as \-.
-std::string roff(std::string_view text) {
+// Text as roff reads it: backslashes as \e, hyphens (option names) as \-,
+// and a line starting with '.' or '\'' kept from being read as a request.
+// Markdown `code`, where `code_as_bold`, in bold.
+std::string roff(std::string_view text, bool code_as_bold = false) {
   std::string out;
+  bool bold = false;
   for (char ch : text) {
     if (ch == '\\')
       out += "\\e";
     else if (ch == '-')
       out += "\\-";
+    else if (ch == '`' && code_as_bold)
+      out += (bold = !bold) ? "\\fB" : "\\fR";
     else
       out += ch;
   }
@@ -30,49 +35,37 @@ std::string roff(std::string_view text) {
   return out;
 }
 
-// The footer's lines, each its own paragraph line (.br between them).
-std::string footer_text(const std::string& footer) {
-  std::string out;
+// The lines of `text`, without their newlines.
+std::vector<std::string_view> lines_of(std::string_view text) {
+  std::vector<std::string_view> out;
   std::size_t start = 0;
-  while (start < footer.size()) {
-    auto end = footer.find('\n', start);
-    if (end == std::string::npos) end = footer.size();
-    auto line = footer.substr(start, end - start);
-    if (!line.empty()) out += roff(line) + "\n.br\n";
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    out.push_back(text.substr(start, end - start));
     start = end + 1;
   }
   return out;
 }
 
-// Markdown `code` as bold.
-std::string inline_code(std::string_view text) {
+// The footer's lines, each its own paragraph line (.br between them).
+std::string footer_text(const std::string& footer) {
   std::string out;
-  bool bold = false;
-  for (char ch : text) {
-    if (ch == '`') {
-      out += (bold = !bold) ? "\\fB" : "\\fR";
-      continue;
-    }
-    out += roff(std::string_view(&ch, 1));
-  }
+  for (auto line : lines_of(footer))
+    if (!line.empty()) out += roff(line) + "\n.br\n";
   return out;
 }
 
 // The README's "| code | when |" rows as a tagged list.
 std::string exit_codes(std::string_view table) {
   std::string out;
-  std::size_t start = 0;
-  while (start < table.size()) {
-    auto end = table.find('\n', start);
-    if (end == std::string_view::npos) end = table.size();
-    auto row = table.substr(start, end - start);
-    start = end + 1;
+  for (auto row : lines_of(table)) {
     auto code_end = row.find(" | ", 2);
     if (row.size() < 4 || code_end == std::string_view::npos) continue;
     auto code = row.substr(2, code_end - 2);
     auto when = row.substr(code_end + 3);
     if (when.size() >= 2 && when.substr(when.size() - 2) == " |") when.remove_suffix(2);
-    out += fmt::format(".TP\n.B {}\n{}\n", roff(code), inline_code(when));
+    out += fmt::format(".TP\n.B {}\n{}\n", roff(code), roff(when, true));
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #pragma once
-// Opens the rendezvous's listening socket (internal to lib/rendezvous).
+// Socket set-up shared inside lib/rendezvous: the listening sockets (the
+// rendezvous's, the reachability check's) and name resolution.
 #include <string>
 #include <utility>
 

@@ -40,6 +40,12 @@ namespace {
 constexpr std::size_t kResultLimit = 16 << 20;    // one rank's result in the summary, at most
 constexpr std::size_t kResultsBudget = 32 << 20;  // every rank's together, in rank order
 constexpr std::size_t kErrorFileLimit = 4 << 20;
+constexpr std::size_t kStderrTailBytes = 64 << 10;
+constexpr std::size_t kStderrTailLines = 20;
+// Retention's share of one launch: runs renamed into the trash at most, and
+// how many retired runs wait there before a detached process deletes them.
+constexpr std::size_t kRetiredPerLaunch = 8;
+constexpr std::size_t kTrashBatch = 8;
 
 // The reachability check's cost: its slowest node's connect.
 double slowest_connect_ms(const std::vector<LaunchPlan::NodeRoute>& routes) {
@@ -47,12 +53,6 @@ double slowest_connect_ms(const std::vector<LaunchPlan::NodeRoute>& routes) {
   for (const auto& r : routes) slowest = std::max(slowest, r.connect_ms);
   return slowest;
 }
-constexpr std::size_t kStderrTailBytes = 64 << 10;
-constexpr std::size_t kStderrTailLines = 20;
-// Retention's share of one launch: runs renamed into the trash at most, and
-// how many retired runs wait there before a detached process deletes them.
-constexpr std::size_t kRetiredPerLaunch = 8;
-constexpr std::size_t kTrashBatch = 8;
 
 std::string get(const env::Environment& e, const char* name) {
   auto it = e.find(name);
