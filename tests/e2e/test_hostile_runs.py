@@ -196,6 +196,38 @@ def test_a_lost_run_did_not_take_zero_seconds(sgpu, tmp_path):
     assert "took 0.0s" not in text
 
 
+def test_a_short_run_whose_directory_is_deleted_says_so_and_keeps_its_end(sgpu):
+    """No watch is made for a run under a second (closing one costs 6-16 ms): the teardown's check finds it."""
+    script = 'echo before; rm -rf "${SGPU_RESULT_FILE%/ranks/*}"; echo after'
+    p = sgpu.run("launch", "-o", "json", "--nproc", 1, "--no-python", "sh", "-c", script)
+    summary = json.loads(p.stdout)
+    assert p.returncode == 0 and summary["exit_code"] == 0, p.stderr
+    run_dir = pathlib.Path(summary["run_dir"])
+    assert p.stderr.count(f"the run directory {run_dir} was deleted while the run was live") == 1
+    assert run_dir.stat().st_mode & 0o777 == 0o700
+    assert json.loads((run_dir / "summary.json").read_text())["exit_code"] == 0
+    assert json.loads((run_dir / "state.json").read_text())["state"] == "succeeded"
+    assert json.loads(sgpu.run("runs", "-o", "json").stdout)[0]["state"] == "succeeded"
+
+
+def test_every_rank_keeps_both_logs_and_one_rank_s_output_stays_its_own(sgpu):
+    """Logs nothing was written to are links to one empty file: they exist, are empty, and stay so."""
+    script = 'if [ "$RANK" = 2 ]; then echo two >&2; fi'
+    p = sgpu.run("launch", "-o", "json", "--nproc", 4, "--max-restarts", 1, "--no-python", "sh", "-c",
+                 script + '; [ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || exit 3')
+    summary = json.loads(p.stdout)
+    assert summary["exit_code"] == 0, p.stderr
+    ranks = pathlib.Path(summary["run_dir"]) / "ranks"
+    for attempt in ("", "attempt-0"):
+        for r in range(4):
+            for stream in ("stdout", "stderr"):
+                log = ranks / str(r) / attempt / stream
+                expected = "two\n" if (r, stream) == (2, "stderr") else ""
+                assert log.read_text() == expected, (log, log.read_text())
+    res = sgpu.run("logs", "last", "--rank", 2)
+    assert res.returncode == 0 and "two" in res.stdout + res.stderr
+
+
 def test_a_run_directory_deleted_while_live_is_said_and_made_again(sgpu, tmp_path):
     started = tmp_path / "started"
     script = f"touch {started}.$RANK; exec sleep 60"

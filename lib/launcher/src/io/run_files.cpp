@@ -62,6 +62,7 @@ bool AppendFile::open_deferred() {
   // The directories are made only when the open says they are missing: a
   // launcher of 4096 remote ranks made 16384 mkdirs, three in four failing.
   constexpr int kFlags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_TRUNC;
+  if (std::exchange(linked_, false)) ::unlink(path_.c_str());  // the others linked to the same inode stay empty
   fd_ = ::open(path_.c_str(), kFlags, 0644);
   if (fd_ < 0 && errno == ENOENT) {
     auto rank_dir = fs::path(path_).parent_path();
@@ -76,7 +77,14 @@ bool AppendFile::open_deferred() {
 }
 
 void AppendFile::create() {
-  if (deferred_) open_deferred();
+  if (deferred_ && !linked_) open_deferred();
+}
+
+bool AppendFile::create_as_link_to(const std::string& empty) {
+  if (!deferred_ || linked_) return true;
+  if (::link(empty.c_str(), path_.c_str()) != 0) return false;
+  linked_ = true;  // still deferred: an append opens a file of its own
+  return true;
 }
 
 AppendFile::~AppendFile() {
@@ -86,6 +94,7 @@ AppendFile::~AppendFile() {
 AppendFile::AppendFile(AppendFile&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       deferred_(std::exchange(other.deferred_, false)),
+      linked_(std::exchange(other.linked_, false)),
       path_(std::move(other.path_)),
       error_(std::move(other.error_)) {}
 
@@ -94,6 +103,7 @@ AppendFile& AppendFile::operator=(AppendFile&& other) noexcept {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
     deferred_ = std::exchange(other.deferred_, false);
+    linked_ = std::exchange(other.linked_, false);
     path_ = std::move(other.path_);
     error_ = std::move(other.error_);
   }

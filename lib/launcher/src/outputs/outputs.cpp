@@ -443,6 +443,7 @@ void JobOutputs::not_started(int exit_code) {
 
 int JobOutputs::finish(const JobOutcome& outcome) {
   auto& s = *impl_;
+  if (s.dir_watch) s.dir_watch->check_still_there();  // a short run has no watch: deleted under it?
   s.sink.clear_status();
   // A job that completed waits for the reader to take every line, as a plain
   // pipe would; one that was stopped (timeout, signal, failure) does not wait:

@@ -1,6 +1,8 @@
 #include "sgpu/launcher/outputs/run_dir_watch.hpp"
 
 #include <sys/inotify.h>
+#include <sys/stat.h>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <string_view>
@@ -11,11 +13,61 @@ RunDirDeletedWatch::RunDirDeletedWatch(boost::asio::io_context& io, std::string 
     : run_dir_(std::move(run_dir)),
       name_(std::filesystem::path(run_dir_).filename().string()),
       gone_(std::move(gone)),
-      stream_(io) {
+      stream_(io),
+      timer_(io) {}
+
+void RunDirDeletedWatch::on_rank_started(int, int) {
+  ++running_;
+  if (!torn_down_) start();
+}
+
+// No rank runs: neither the timer nor the read may keep the event loop alive
+// (a node's ranks may be all there is, and the others may never be heard
+// of). A rank that starts later starts them again.
+void RunDirDeletedWatch::on_rank_exited(int, const env::ExitStatus&, bool) {
+  if (--running_ <= 0) stop();
+}
+
+// From the teardown on, nothing is watched; a deletion that no watch saw
+// (a short run's) is found here, before the run's end is written.
+void RunDirDeletedWatch::on_teardown(const env::JobEnd&) {
+  torn_down_ = true;
+  stop();
+  check_still_there();
+}
+
+void RunDirDeletedWatch::on_restart(int, const env::JobEnd&, env::Seconds) {
+  stop();
+  running_ = 0;
+  torn_down_ = false;
+}
+
+void RunDirDeletedWatch::start() {
+  if (stream_.is_open()) {
+    if (!reading_) arm();
+    return;
+  }
+  if (waiting_) return;
+  waiting_ = true;
+  timer_.expires_after(kWatchAfter);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    waiting_ = false;
+    if (!ec && running_ > 0 && !torn_down_) watch();
+  });
+}
+
+void RunDirDeletedWatch::watch() {
   int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0) return;  // no watch: a deleted run directory then shows in the report's warnings alone
+  if (fd < 0) return;  // no watch: the teardown's check still finds a deleted directory
   stream_.assign(fd);
   add_watch();
+  check_still_there();  // deleted before the watch was made
+  arm();
+}
+
+void RunDirDeletedWatch::check_still_there() {
+  struct stat st {};
+  if (::stat(run_dir_.c_str(), &st) != 0 && errno == ENOENT) gone_();
 }
 
 // On the runs directory, not the run directory: the files sgpu keeps open in
@@ -26,32 +78,9 @@ void RunDirDeletedWatch::add_watch() {
                                IN_DELETE | IN_ONLYDIR);
 }
 
-void RunDirDeletedWatch::on_rank_started(int, int) {
-  ++running_;
-  if (!reading_ && !torn_down_ && stream_.is_open()) arm();
-}
-
-// No rank runs: the read must not keep the event loop alive (a node's ranks
-// may be all there is, and the others may never be heard of). A rank that
-// starts later reads again.
-void RunDirDeletedWatch::on_rank_exited(int, const env::ExitStatus&, bool) {
-  if (--running_ <= 0) stop();
-}
-
-// From the teardown on, nothing is watched.
-void RunDirDeletedWatch::on_teardown(const env::JobEnd&) {
-  torn_down_ = true;
-  stop();
-}
-
-void RunDirDeletedWatch::on_restart(int, const env::JobEnd&, env::Seconds) {
-  stop();
-  running_ = 0;
-  torn_down_ = false;
-}
-
 void RunDirDeletedWatch::stop() {
   if (reading_) stream_.cancel();
+  if (waiting_) timer_.cancel();
 }
 
 void RunDirDeletedWatch::arm() {

@@ -137,8 +137,20 @@ void RunLog::keep_last_attempt() {
   if (attempt_ > 0) archive(attempt_, true);
 }
 
+// Every rank keeps both logs, empty or not: the first empty one is made, the
+// others are hard links to it (eight ranks of /bin/true: one inode, not 16).
+void RunLog::create_empty_logs() {
+  const AppendFile* empty = nullptr;
+  for (auto& f : logs_) {
+    if (!f.is_deferred()) continue;
+    if (empty != nullptr && f.create_as_link_to(empty->path())) continue;
+    f.create();
+    if (f.error().empty() && !f.is_deferred()) empty = &f;
+  }
+}
+
 void RunLog::archive(int attempt, bool link) {
-  for (auto& f : logs_) f.create();  // every attempt keeps both logs, empty or not
+  create_empty_logs();
   auto ranks = static_cast<int>(logs_.size() / 2);
   for (int r = 0; r < ranks; ++r) {
     auto dir = fs::path(attempt_dir(run_dir_, r, attempt));
@@ -161,8 +173,8 @@ void RunLog::archive(int attempt, bool link) {
 std::vector<std::string> RunLog::write_errors() {
   writer_.drain();
   std::vector<std::string> out;
+  create_empty_logs();
   for (auto& f : logs_) {
-    f.create();
     if (!f.error().empty()) out.push_back(f.path() + ": " + f.error());
   }
   if (!events_.error().empty()) out.push_back(events_.path() + ": " + events_.error());

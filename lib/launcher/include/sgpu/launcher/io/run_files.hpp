@@ -37,6 +37,12 @@ class AppendFile {
   static AppendFile adopt(int fd, std::string name);
   // Creates a deferred file that nothing was appended to (an empty log).
   void create();
+  // The same as a hard link to `empty`, an empty file made by create():
+  // a directory entry, no inode of its own (making inodes is most of what
+  // a short run costs the filesystem). An append after it replaces the link
+  // with a file of its own. False when it cannot (the caller creates then).
+  bool create_as_link_to(const std::string& empty);
+  bool is_deferred() const { return deferred_; }
   ~AppendFile();
   AppendFile(AppendFile&& other) noexcept;
   AppendFile& operator=(AppendFile&& other) noexcept;
@@ -54,6 +60,7 @@ class AppendFile {
 
   int fd_ = -1;
   bool deferred_ = false;
+  bool linked_ = false;  // path_ is a link to another empty file: never written through
   std::string path_;
   std::string error_;
 };

@@ -71,6 +71,8 @@ class RunLog : public JobObserver {
  private:
   const std::string& host_of(int rank) const;
 
+  // The logs nothing was written to, as links to one empty file.
+  void create_empty_logs();
   // Moves (or, with `link`, hard-links) every rank's files into attempt-<attempt>/.
   void archive(int attempt, bool link);
 
