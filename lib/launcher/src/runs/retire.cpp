@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -47,6 +48,20 @@ bool same_second(const std::string& a, const std::string& b) {
          a.compare(0, kIdSecondPrefix, b, 0, kIdSecondPrefix) == 0;
 }
 
+// When a run started: its directory's birth time, made as it starts (one
+// statx; a launch every few milliseconds has a hundred runs in one second to
+// order, and reading each state.json cost more than the rest of retention).
+// Where the filesystem keeps no birth time, state.json's started_at.
+std::chrono::system_clock::time_point started_at(const std::string& root, const std::string& id) {
+  struct statx st {};
+  auto dir = root + "/" + id;
+  if (::statx(AT_FDCWD, dir.c_str(), AT_STATX_DONT_SYNC, STATX_BTIME, &st) == 0 && (st.stx_mask & STATX_BTIME) != 0)
+    return std::chrono::system_clock::time_point{std::chrono::seconds(st.stx_btime.tv_sec) +
+                                                 std::chrono::nanoseconds(st.stx_btime.tv_nsec)};
+  auto run = read_run(root, id);
+  return run && run->started ? *run->started : std::chrono::system_clock::time_point{};
+}
+
 void order_boundary_second(const std::string& root, std::vector<std::string>& ids, std::size_t kept) {
   if (kept == 0 || kept >= ids.size() || !same_second(ids[kept - 1], ids[kept])) return;
   auto lo = kept - 1;
@@ -54,10 +69,7 @@ void order_boundary_second(const std::string& root, std::vector<std::string>& id
   auto hi = kept + 1;
   while (hi < ids.size() && same_second(ids[hi], ids[kept])) ++hi;
   std::vector<std::pair<std::chrono::system_clock::time_point, std::string>> second;
-  for (auto i = lo; i < hi; ++i) {
-    auto run = read_run(root, ids[i]);
-    second.emplace_back(run && run->started ? *run->started : std::chrono::system_clock::time_point{}, ids[i]);
-  }
+  for (auto i = lo; i < hi; ++i) second.emplace_back(started_at(root, ids[i]), ids[i]);
   std::stable_sort(second.begin(), second.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (auto i = lo; i < hi; ++i) ids[i] = std::move(second[i - lo].second);
 }
@@ -82,7 +94,13 @@ RetireOutcome retire_runs(const std::string& root, int keep, std::size_t limit) 
   auto ids = run_ids(root);
   if (keep < 0 || ids.size() <= static_cast<std::size_t>(keep)) return out;  // one listing decides
   auto dir_of = [&](std::size_t i) { return root + "/" + ids[i]; };
-  auto is_run = [&](std::size_t i) { return has_state(dir_of(i)); };
+  // One stat per name, however often kept_span asks (the boundary's second reorders names, not runs).
+  std::unordered_map<std::string, bool> known;
+  auto is_run = [&](std::size_t i) {
+    auto [at, fresh] = known.try_emplace(ids[i], false);
+    if (fresh) at->second = has_state(dir_of(i));
+    return at->second;
+  };
   auto kept = kept_span(ids.size(), keep, is_run);
   order_boundary_second(root, ids, kept);
   kept = kept_span(ids.size(), keep, is_run);
@@ -91,7 +109,7 @@ RetireOutcome retire_runs(const std::string& root, int keep, std::size_t limit) 
   for (std::size_t i = ids.size(); i > kept; --i) {  // oldest first
     auto dir = dir_of(i - 1);
     // A run without state.json is starting (or no run); one whose lock is held is running.
-    if (!has_state(dir) || run_lock_held(dir)) continue;
+    if (!is_run(i - 1) || run_lock_held(dir)) continue;
     if (out.retired >= limit) {
       out.more = true;
       break;
