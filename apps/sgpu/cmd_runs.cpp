@@ -379,8 +379,11 @@ Command add_prune(CLI::App& app) {
 }  // namespace
 
 std::vector<std::pair<std::string, Command>> add_run_commands(CLI::App& app) {
-  return {{"runs", add_runs(app)},     {"status", add_status(app)}, {"logs", add_logs(app)},  {"wait", add_wait(app)},
-          {"cancel", add_cancel(app)}, {"stacks", add_stacks(app)}, {"prune", add_prune(app)}};
+  std::array<Command (*)(CLI::App&), kRunCommandNames.size()> adders = {add_runs,   add_status, add_logs, add_wait,
+                                                                        add_cancel, add_stacks, add_prune};
+  std::vector<std::pair<std::string, Command>> commands;
+  for (std::size_t i = 0; i < adders.size(); ++i) commands.emplace_back(kRunCommandNames[i], adders[i](app));
+  return commands;
 }
 
 }  // namespace sgpu::app

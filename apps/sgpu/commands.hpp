@@ -1,9 +1,11 @@
 #pragma once
 // One function per subcommand: each adds itself to the CLI and returns the
 // callback that runs it and yields sgpu's exit code.
+#include <array>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,7 +26,9 @@ Command add_doctor_command(CLI::App& app);
 Command add_completion_command(CLI::App& app);
 // sgpu manual: the sgpu(1) man page, generated from `app` and the README's exit codes.
 Command add_manual_command(CLI::App& app);
-// runs, status, logs, wait, cancel, prune (cmd_runs.cpp), by name.
+// runs, status, logs, wait, cancel, stacks, prune (cmd_runs.cpp), by name.
+inline constexpr std::array<std::string_view, 7> kRunCommandNames = {"runs",   "status", "logs", "wait",
+                                                                     "cancel", "stacks", "prune"};
 std::vector<std::pair<std::string, Command>> add_run_commands(CLI::App& app);
 
 }  // namespace sgpu::app

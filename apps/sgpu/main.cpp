@@ -1,6 +1,8 @@
 // sgpu: run a distributed training entrypoint on N GPUs. Errors a user can
 // act on are thrown as sgpu::Error and printed here, in one place; so is the
 // -o json document of an ending that printed none.
+#include <algorithm>
+#include <array>
 #include <csignal>
 #include <sstream>
 #include <string>
@@ -34,13 +36,33 @@ int run_command(int argc, char** argv, sgpu::app::Ending& ending) {
   CLI::App app{"sgpu: launch distributed training on N GPUs of this node or of remote nodes", "sgpu"};
   app.require_subcommand(1);
   app.set_version_flag("--version", kSgpuVersion, "The version, the commit, the build and its optional parts");
-  auto launch = sgpu::app::add_launch_command(app);
-  auto devices = sgpu::app::add_devices_command(app);
-  auto agent = sgpu::app::add_agent_command(app);
-  auto doctor = sgpu::app::add_doctor_command(app);
-  auto run_commands = sgpu::app::add_run_commands(app);
-  auto completion = sgpu::app::add_completion_command(app);
-  auto manual = sgpu::app::add_manual_command(app);
+  // When the first word names a command, only that command is built: CLI11
+  // makes every option of every command up front, a sixth of the CPU of a
+  // launch of 8 short ranks (measured). --help, a mistyped word, completion
+  // and manual (which read the whole tree) get every command.
+  std::vector<std::pair<std::string, sgpu::app::Command>> run_commands;
+  struct Named {
+    std::string_view name;
+    sgpu::app::Command (*add)(CLI::App&);
+    bool alone;  // built alone when named first; completion and manual read the whole tree
+    sgpu::app::Command run;
+  };
+  std::array<Named, 6> commands{{{"launch", sgpu::app::add_launch_command, true, {}},
+                                 {"devices", sgpu::app::add_devices_command, true, {}},
+                                 {"agent", sgpu::app::add_agent_command, true, {}},
+                                 {"doctor", sgpu::app::add_doctor_command, true, {}},
+                                 {"completion", sgpu::app::add_completion_command, false, {}},
+                                 {"manual", sgpu::app::add_manual_command, false, {}}}};
+  std::string_view word = argc > 1 ? argv[1] : "";
+  bool is_run_command = std::find(sgpu::app::kRunCommandNames.begin(), sgpu::app::kRunCommandNames.end(), word) !=
+                        sgpu::app::kRunCommandNames.end();
+  bool one = is_run_command ||
+             std::any_of(commands.begin(), commands.end(), [&](auto& c) { return c.alone && c.name == word; });
+  for (auto& c : commands) {
+    if (c.name == "completion" && (!one || is_run_command))  // the run commands' place in --help
+      run_commands = sgpu::app::add_run_commands(app);
+    if (!one || c.name == word) c.run = c.add(app);
+  }
   // What was parsed, also before a usage error, says whether -o json was asked.
   auto asked = [&] { ending.json = sgpu::app::json_output_asked(app, ending.launch); };
   try {
@@ -61,12 +83,8 @@ int run_command(int argc, char** argv, sgpu::app::Ending& ending) {
       throw;
     }
     asked();
-    if (app.got_subcommand("launch")) return launch(tail);
-    if (app.got_subcommand("devices")) return devices(tail);
-    if (app.got_subcommand("agent")) return agent(tail);
-    if (app.got_subcommand("doctor")) return doctor(tail);
-    if (app.got_subcommand("completion")) return completion(tail);
-    if (app.got_subcommand("manual")) return manual(tail);
+    for (const auto& c : commands)  // got_subcommand throws for a command that was not built
+      if (c.run && app.got_subcommand(std::string(c.name))) return c.run(tail);
     for (const auto& [name, command] : run_commands)
       if (app.got_subcommand(name)) return command(tail);
     return 0;
