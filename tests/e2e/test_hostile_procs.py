@@ -127,6 +127,36 @@ def test_each_attempts_pidfds_are_closed_when_it_ends(sgpu, tmp_path):
         p.communicate(timeout=60)
 
 
+LEAKED_FDS = (
+    "import os\n"
+    "names = os.listdir('/proc/self/fd')  # the directory's own descriptor is closed by now\n"
+    "leaked = []\n"
+    "for fd in names:\n"
+    "    try:\n"
+    "        leaked.append(f'{fd}={os.readlink(\"/proc/self/fd/\" + fd)}')\n"
+    "    except FileNotFoundError:\n"
+    "        pass\n"
+    "print('fds', os.environ['RANK'], *sorted(leaked))\n"
+)
+
+
+def test_ranks_get_their_own_stdio_and_nothing_else_of_sgpu(sgpu, tmp_path):
+    """Children share sgpu's descriptor table for an instant (CLONE_FILES) and keep only their slots: none of
+    sgpu's pipes, pidfds or sockets, and no other rank's, crosses; each rank's output is its own."""
+    job = tmp_path / "fds.py"
+    job.write_text(LEAKED_FDS)
+    p = sgpu.run("launch", "--nproc", 24, "--no-python", sys.executable, "-I", "-S", job)
+    assert p.returncode == 0, p.stderr
+    lines = sorted(line for line in p.stdout.splitlines() if " fds " in line)
+    assert len(lines) == 24, p.stdout
+    for line in lines:
+        prefix, _, rest = line.partition(" fds ")
+        rank, *fds = rest.split()
+        assert prefix == f"[{rank}]"  # the rank's own pipe, not another's
+        assert {fd.split("=")[0] for fd in fds} == {"0", "1", "2"}, line
+        assert fds[0].startswith("0=/dev/null") and all("pipe:" in fd for fd in fds[1:]), line
+
+
 def test_nproc_beyond_the_descriptor_limit_is_refused_before_creating_anything(sgpu, tmp_path):
     home = tmp_path / "sgpu-home"
     res = subprocess.run(["prlimit", "--nofile=20000", sgpu.bin, "launch", "--nproc", "4096", "--no-python",
