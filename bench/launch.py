@@ -7,10 +7,11 @@ import shutil
 import subprocess
 
 from harness import Peer, median, run_once, tail, describe_exit
-from peers import alternate, launchers, missing_tools, rows_for, sgpu
+from peers import alternate, floor, launchers, missing_tools, rows_for, sgpu
 from report import Section, fmt_ratio, shell, timing_table
 
 N = 8
+KEEP = 100  # sgpu's default --keep-runs
 MANY = 1000  # ranks of the second table: one node's worth of a large job
 SELF_CHECK = "self-check: a peer that exits 1 (must get no ratio)"
 
@@ -114,9 +115,11 @@ def run(ctx):
         if r and r.ok and base.ok:
             s.headline.append((f"{name} ÷ sgpu, start-to-exit time",
                                fmt_ratio(median(r.values) / median(base.values))))
+    steady_state(ctx, s)  # the figure the summary quotes first: a user's home is not new
     fl = next(r for r in rows if r.peer.role == "floor")
     if fl.ok and base.ok:
-        s.headline.append(("sgpu ÷ floor (bash & wait)", fmt_ratio(median(base.values) / median(fl.values))))
+        s.headline.append(("sgpu ÷ floor, a new SGPU_HOME (nothing to retire)",
+                           fmt_ratio(median(base.values) / median(fl.values))))
     bound_ranks(ctx, s)
     if not ctx.quick:
         many_ranks(ctx, s)
@@ -125,6 +128,42 @@ def run(ctx):
         if not all(c.startswith("no ratio") for c in cells[4:6]):
             s.sgpu_failure = "self-check: a failing peer was given a ratio"
     return s
+
+
+def count_runs(runs_dir):
+    return sum(1 for name in os.listdir(runs_dir) if not name.startswith("."))
+
+
+def steady_state(ctx, s):
+    """8 ranks of /bin/true in a runs directory that already holds --keep-runs runs, so that every launch also
+    retires the oldest: a user's home after 100 launches. The floor runs in the same rounds."""
+    runs_dir = ctx.scratch("launch-steady-runs")
+    argv = [*sgpu(ctx, N), "--log-dir", runs_dir, "--no-python", "/bin/true"]
+    peers = [Peer(f"sgpu, {KEEP} runs kept (steady state)", argv, "sgpu"),
+             Peer("floor (bash & wait)", [*floor(N), "/bin/true"], "floor")]
+    rows = rows_for(peers)
+    base, fl = rows
+    for _ in range(KEEP):
+        p = subprocess.run(argv, cwd=ctx.root, env=ctx.env, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            base.fail(f"filling the runs directory: {describe_exit(p.returncode)}: {p.stderr.strip()[-300:]}")
+            break
+    if not base.failure and count_runs(runs_dir) != KEEP:
+        base.fail(f"filling the runs directory: {count_runs(runs_dir)} runs, expected {KEEP}")
+    runs = ["--runs", "3" if ctx.quick else "10", "--warmup", "1"]
+    alternate(ctx, "launch-steady", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i, runs))
+    if base.ok and count_runs(runs_dir) != KEEP:  # every launch retired one: no more, no fewer
+        base.fail(f"{count_runs(runs_dir)} runs left after the timed launches, expected {KEEP}")
+    s.more_tables.append((f"{N} ranks of /bin/true with a runs directory already holding {KEEP} runs (the default "
+                          "`--keep-runs`), so that each launch also retires the oldest run: the steady state of a "
+                          "user's home. Filled by 100 launches first; checked to hold exactly 100 runs at the end:",
+                          timing_table(rows)))
+    s.commands += [shell(["hyperfine", "-N", *runs, shlex.join(r.peer.argv)]) for r in rows]
+    if not base.ok:
+        s.sgpu_failure = f"steady state: {base.failure}"
+    elif fl.ok:
+        s.headline.append(("sgpu ÷ floor, steady state (100 runs kept, one retired per launch)",
+                           fmt_ratio(median(base.values) / median(fl.values))))
 
 
 def bound_ranks(ctx, s):
