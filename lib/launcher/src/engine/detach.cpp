@@ -62,12 +62,15 @@ void tell_why_not_started(const std::string& run_id, const std::string& run_dir,
 // The caller returns once the run is one `sgpu status` can see: its
 // state.json exists. If the child ends first (it failed to start the run),
 // its console goes to the caller's stderr and its exit code is the caller's.
-void wait_until_listed(pid_t child, const std::string& run_id, const std::string& run_dir, bool json) {
+// `watch` was made before the fork, so that the child holds it too: the last
+// close of an inotify instance waits for an SRCU grace period (6-16 ms,
+// measured), which this process would pay before its exit; the child's
+// copy, closed with exec's close-on-exec in no rank and with the run's end,
+// makes this one a mere reference dropped.
+void wait_until_listed(pid_t child, int watch, const std::string& run_id, const std::string& run_dir, bool json) {
   auto state = std::filesystem::path(run_dir) / kRunStateFile;
-  int watch = ::inotify_init1(IN_CLOEXEC);
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
-  if (watch < 0 || pidfd < 0) fail("cannot watch the background run");
-  if (::inotify_add_watch(watch, run_dir.c_str(), IN_MOVED_TO | IN_CREATE) < 0) fail("cannot watch " + run_dir);
+  if (pidfd < 0) fail("cannot watch the background run");
   std::array<char, 4096> events{};
   while (!std::filesystem::exists(state)) {
     pollfd fds[2] = {{watch, POLLIN, 0}, {pidfd, POLLIN, 0}};
@@ -97,6 +100,9 @@ void detach_run(const std::string& run_id, const std::string& run_dir, bool json
   if (null < 0) fail("cannot open /dev/null");
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) fail("pipe");
+  int watch = ::inotify_init1(IN_CLOEXEC);
+  if (watch < 0) fail("cannot watch the background run");
+  if (::inotify_add_watch(watch, run_dir.c_str(), IN_MOVED_TO | IN_CREATE) < 0) fail("cannot watch " + run_dir);
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t child = ::fork();
@@ -124,7 +130,7 @@ void detach_run(const std::string& run_id, const std::string& run_dir, bool json
     errno = n == 1 ? code : EPIPE;
     fail("cannot start the background run");
   }
-  wait_until_listed(child, run_id, run_dir, json);
+  wait_until_listed(child, watch, run_id, run_dir, json);
   if (json) {
     nlohmann::ordered_json doc{{"run_id", run_id}, {"run_dir", run_dir}};
     if (!name.empty()) doc["name"] = name;
