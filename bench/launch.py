@@ -6,6 +6,7 @@ import shlex
 import shutil
 import subprocess
 
+import launch_phases
 from harness import Peer, median, run_once, tail, describe_exit
 from peers import alternate, floor, launchers, missing_tools, rows_for, sgpu
 from report import Section, fmt_ratio, shell, timing_table
@@ -122,6 +123,7 @@ def run(ctx):
                            fmt_ratio(median(base.values) / median(fl.values))))
     bound_ranks(ctx, s)
     if not ctx.quick:
+        phases(ctx, s)
         many_ranks(ctx, s)
     if ctx.quick:
         cells = next(t for t in s.table if t[0] == SELF_CHECK)
@@ -158,12 +160,27 @@ def steady_state(ctx, s):
                           "`--keep-runs`), so that each launch also retires the oldest run: the steady state of a "
                           "user's home. Filled by 100 launches first; checked to hold exactly 100 runs at the end:",
                           timing_table(rows)))
-    s.commands += [shell(["hyperfine", "-N", *runs, shlex.join(r.peer.argv)]) for r in rows]
+    s.commands += [shell(["hyperfine", "-N", *runs, shlex.join(r.peer.argv)]).replace(runs_dir, "$WORK/runs")
+                   for r in rows]
     if not base.ok:
         s.sgpu_failure = f"steady state: {base.failure}"
     elif fl.ok:
         s.headline.append(("sgpu ÷ floor, steady state (100 runs kept, one retired per launch)",
                            fmt_ratio(median(base.values) / median(fl.values))))
+
+
+def phases(ctx, s):
+    """Where the steady-state launch spends its time beyond the floor (bench/launch_phases.py)."""
+    m, cmds = launch_phases.measure(ctx.sgpu, ctx.root, ctx.env, rounds=ctx.rounds_for(4), log=ctx.log)
+    s.more_tables.append(("Where the time goes: a steady-state launch of 8 ranks of /bin/true against the floor, "
+                          "split by timing variants of it (bench/launch_phases.py, 10 runs a round, rounds "
+                          "rotated; each phase is a difference of two medians, so it carries the noise of both). "
+                          "`tmpfs` runs keep their runs in /dev/shm (`$SHM`, `$DISK` being /tmp) and retire none "
+                          "(`--keep-runs 0`):",
+                          launch_phases.table(m)))
+    s.commands += [launch_phases.placeholders(shell(["hyperfine", "-N", "--runs", "10", "--warmup", "1",
+                                                     shlex.join(argv)])) + f"  # {name}"
+                   for name, argv in cmds.items()]
 
 
 def bound_ranks(ctx, s):

@@ -1,75 +1,93 @@
-"""Where a launch of 8 ranks of /bin/true spends its time beyond the floor: differences of medians.
+"""Where a launch of 8 ranks of /bin/true spends its time beyond the floor, as differences of medians.
 
-Run by hand: `python3 bench/launch_phases.py [SGPU] [ROUNDS]`; prints a markdown table for BENCHMARKS.md.
-Every variant is timed by hyperfine (-N, 10 runs a round after a warm-up), the variants rotated each round;
-a phase's time is the difference of two variants' medians, so it carries both variants' noise.
+Part of the launch section of scripts/bench (not in --quick); by hand: `python3 bench/launch_phases.py [SGPU]`
+prints the table. Every variant is timed by hyperfine (-N, 10 runs a round after a warm-up), the variants
+rotated each round; a phase's time is the difference of two variants' medians, so it carries both one's noise.
 """
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SGPU = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(ROOT, "build/apps/sgpu/sgpu")
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-KEEP = 100
+KEEP = 100  # sgpu's default --keep-runs
 
 
-def main():
-    ext4 = tempfile.mkdtemp(prefix="sgpu-phases-")
-    shm = tempfile.mkdtemp(prefix="sgpu-phases-", dir="/dev/shm") if os.path.isdir("/dev/shm") else ext4
-    steady = os.path.join(ext4, "steady")
-    launch = [SGPU, "launch", "--nproc"]
-    variants = {
+def variants(sgpu, ext4, shm):
+    launch = [sgpu, "launch", "--nproc"]
+    return {
         "true": ["/bin/true"],
-        "version": [SGPU, "--version"],
+        "version": [sgpu, "--version"],
         "floor1": ["bash", "bench/floor.sh", "1", "/bin/true"],
         "floor8": ["bash", "bench/floor.sh", "8", "/bin/true"],
         "tmpfs1": [*launch, "1", "--keep-runs", "0", "--log-dir", os.path.join(shm, "a"), "--no-python", "/bin/true"],
         "tmpfs8": [*launch, "8", "--keep-runs", "0", "--log-dir", os.path.join(shm, "b"), "--no-python", "/bin/true"],
         "disk8": [*launch, "8", "--keep-runs", "0", "--log-dir", os.path.join(ext4, "c"), "--no-python", "/bin/true"],
-        "steady8": [*launch, "8", "--log-dir", steady, "--no-python", "/bin/true"],
+        "steady8": [*launch, "8", "--log-dir", os.path.join(ext4, "steady"), "--no-python", "/bin/true"],
     }
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    for _ in range(KEEP):
-        subprocess.run(variants["steady8"], env=env, cwd=ROOT, capture_output=True, check=True)
-    times = {k: [] for k in variants}
-    out = os.path.join(ext4, "h.json")
-    names = list(variants)
+
+
+def placeholders(command):
+    """The scratch directories of a run as $DISK and $SHM, for commands that read the same in every run."""
+    return re.sub(r"/tmp/sgpu-phases-\w+", "$DISK", re.sub(r"/dev/shm/sgpu-phases-\w+", "$SHM", command))
+
+
+def measure(sgpu, root, env, rounds=4, log=lambda _: None):
+    """Medians in ms per variant: {name: ms}, and the commands, {name: argv}."""
+    ext4 = tempfile.mkdtemp(prefix="sgpu-phases-")
+    shm = tempfile.mkdtemp(prefix="sgpu-phases-", dir="/dev/shm") if os.path.isdir("/dev/shm") else ext4
+    cmds = variants(sgpu, ext4, shm)
+    env = dict(env, OMP_NUM_THREADS="1")
+    times = {k: [] for k in cmds}
+    out = os.path.join(ext4, "hyperfine.json")
+    names = list(cmds)
     try:
-        for r in range(ROUNDS):
+        for _ in range(KEEP):
+            subprocess.run(cmds["steady8"], env=env, cwd=root, capture_output=True, check=True)
+        for r in range(rounds):
             for k in names[r % len(names):] + names[:r % len(names)]:
                 subprocess.run(["hyperfine", "-N", "--runs", "10", "--warmup", "1", "--export-json", out,
-                                " ".join(variants[k])], env=env, cwd=ROOT, capture_output=True, check=True)
+                                " ".join(cmds[k])], env=env, cwd=root, capture_output=True, check=True)
                 times[k] += json.load(open(out))["results"][0]["times"]
+            log(f"launch-phases: round {r + 1}/{rounds} done")
     finally:
         shutil.rmtree(ext4, ignore_errors=True)
         if shm != ext4:
             shutil.rmtree(shm, ignore_errors=True)
-    m = {k: statistics.median(v) * 1000 for k, v in times.items()}
+    return {k: statistics.median(v) * 1000 for k, v in times.items()}, cmds
+
+
+def table(m):
+    """Rows of (phase, time, from): the header first."""
     per_rank = (m["tmpfs8"] - m["tmpfs1"]) / 7
     floor_rank = (m["floor8"] - m["floor1"]) / 7
     rows = [
-        ("the floor: bash, 8 ranks of /bin/true started with & and reaped", m["floor8"], "floor8"),
-        ("sgpu, 8 ranks, steady state (100 runs kept, one retired)", m["steady8"], "steady8"),
-        ("sgpu's own process start beyond /bin/true's (loader, relocations, static init, --version's CLI)",
-         m["version"] - m["true"], "version - true"),
-        ("a launch's fixed work beyond its process start (plan, run directory on tmpfs, orphan guard, "
-         "summary, state), minus one rank", m["tmpfs1"] - m["version"] - per_rank, "tmpfs1 - version - rank"),
-        (f"per rank: sgpu {per_rank:.2f} ms against the floor's {floor_rank:.2f} ms, so 8 ranks add",
-         8 * (per_rank - floor_rank), "7 x (tmpfs8 - tmpfs1) / 7 - floor's"),
-        ("the run directory on this disk (ext4) rather than tmpfs", m["disk8"] - m["tmpfs8"], "disk8 - tmpfs8"),
-        ("retiring the oldest run (rename into the trash; deletion detached)", m["steady8"] - m["disk8"],
-         "steady8 - disk8"),
+        ("the floor: bash starts 8 ranks of /bin/true with & and reaps them", m["floor8"], "floor8"),
+        ("sgpu, the same 8 ranks, steady state (100 runs kept, one retired)", m["steady8"], "steady8"),
+        ("sgpu's process start beyond /bin/true's (loader, relocations, static constructors, the CLI of every "
+         "command)", m["version"] - m["true"], "version - true"),
+        ("a launch's fixed work beyond that start (spec, plan, run directory on tmpfs, orphan guard, summary, "
+         "state), less one rank", m["tmpfs1"] - m["version"] - per_rank, "tmpfs1 - version - per rank"),
+        (f"8 ranks at sgpu's {per_rank:.2f} ms a rank against the floor's {floor_rank:.2f} ms (pipes, pidfds, "
+         "the loop's registrations, events, the rank's setup before exec)", 8 * (per_rank - floor_rank),
+         "8 x the difference"),
+        ("the run directory on this machine's ext4 rather than tmpfs", m["disk8"] - m["tmpfs8"], "disk8 - tmpfs8"),
+        ("retiring the oldest run (a rename into the trash; the deletion, detached, every 8 launches)",
+         m["steady8"] - m["disk8"], "steady8 - disk8"),
     ]
-    print(f"| phase | time | from |\n|---|---|---|")
-    for what, ms, how in rows:
-        print(f"| {what} | {ms:.2f} ms | {how} |")
-    print()
-    print("medians (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in m.items()))
+    return [["phase", "time", "from (medians)"]] + [[what, f"{ms:.2f} ms", how] for what, ms, how in rows]
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sgpu = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(root, "build/apps/sgpu/sgpu")
+    m, _ = measure(sgpu, root, os.environ, log=lambda line: print(line, file=sys.stderr))
+    for row in table(m):
+        print("| " + " | ".join(row) + " |")
+    print("medians: " + ", ".join(f"{k} {v:.2f} ms" for k, v in m.items()))
 
 
 if __name__ == "__main__":
