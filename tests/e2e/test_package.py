@@ -70,3 +70,25 @@ def test_it_installs_runs_renders_its_man_page_and_removes_cleanly(tmp_path):
     left = [p for p in root.rglob("*") if p.is_file() and "var/lib/dpkg" not in str(p)]
     assert left == [], left
     assert not (root / "usr/bin/sgpu").exists()
+
+
+def test_the_binary_is_stripped_and_its_debug_symbols_come_in_a_dbgsym_package(tmp_path):
+    """The .deb's sgpu carries no debug info (10 MB, not 200); sgpu-dbgsym's .ddeb next to it holds it under
+    /usr/lib/debug/.build-id, where gdb finds it by the binary's build id."""
+    ddebs = sorted(pathlib.Path(DEB).parent.glob("sgpu-dbgsym_*.ddeb"))
+    assert len(ddebs) == 1, list(pathlib.Path(DEB).parent.iterdir())
+    for package in (DEB, ddebs[0]):
+        assert run("dpkg-deb", "-x", package, tmp_path / "root").returncode == 0
+    sgpu = tmp_path / "root/usr/bin/sgpu"
+    sections = run("readelf", "-S", "-W", sgpu).stdout
+    assert ".debug_info" not in sections, sections
+    assert sgpu.stat().st_size < 40 << 20, sgpu.stat().st_size
+    note = run("readelf", "-n", sgpu).stdout
+    build_id = note.split("Build ID: ")[1].split()[0]
+    debug = tmp_path / f"root/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
+    assert debug.is_file(), sorted(str(p) for p in (tmp_path / "root/usr/lib/debug").rglob("*"))
+    assert ".debug_info" in run("readelf", "-S", "-W", debug).stdout
+    if shutil.which("gdb"):  # the symbols resolve through the build id, as for any Debian package
+        res = run("gdb", "-batch", "-nx", "-iex", f"set debug-file-directory {tmp_path}/root/usr/lib/debug",
+                  "-ex", "info line main", sgpu)
+        assert "main.cpp" in res.stdout, res.stdout + res.stderr
