@@ -13,7 +13,7 @@ namespace sgpu::launcher {
 namespace {
 // Closes what it holds unless released: the fds of a half-made rank.
 struct Fds {
-  int fd[5] = {-1, -1, -1, -1, -1};  // stdout read, write; stderr read, write; stdin (/dev/null)
+  int fd[4] = {-1, -1, -1, -1};  // stdout read, write; stderr read, write
   ~Fds() {
     for (int f : fd)
       if (f >= 0) ::close(f);
@@ -84,10 +84,11 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
   auto envp = c_strings(env_strings);
   auto argv = c_strings(launch.argv);
 
+  // Every rank's stdin: one /dev/null for the whole process, not an open and a close per rank.
+  static const int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   Fds fds;
-  if (::pipe2(fds.fd, O_CLOEXEC) != 0 || ::pipe2(fds.fd + 2, O_CLOEXEC) != 0 ||
-      (fds.fd[4] = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
-    throw std::system_error(errno, std::generic_category(), launch.executable);
+  if (dev_null < 0 || ::pipe2(fds.fd, O_CLOEXEC) != 0 || ::pipe2(fds.fd + 2, O_CLOEXEC) != 0)
+    throw std::system_error(dev_null < 0 ? EBADF : errno, std::generic_category(), launch.executable);
   // Only sgpu's ends: the rank's stay blocking, as a program expects of its stdout.
   ::fcntl(fds.fd[0], F_SETFL, O_NONBLOCK);
   ::fcntl(fds.fd[2], F_SETFL, O_NONBLOCK);
@@ -98,7 +99,7 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
   req.argv = argv.data();
   req.envp = envp.data();
   req.cwd = launch.cwd.empty() ? nullptr : launch.cwd.c_str();
-  req.stdio[0] = fds.fd[4];
+  req.stdio[0] = dev_null;
   req.stdio[1] = fds.fd[1];
   req.stdio[2] = fds.fd[3];
   req.parent = ::getpid();
