@@ -384,6 +384,45 @@ def test_fake_gpus_drive_selection_and_visibility(sgpu, tmp_path):
     assert res.returncode == 2 and "this node has 3x H100" in res.stderr
 
 
+def test_include_and_exclude_choose_this_node_s_gpus(sgpu, tmp_path):
+    """DeepSpeed's filters on one node (':3', 'localhost:1,2'): the plan, CUDA_VISIBLE_DEVICES and --dry-run skip
+    what they leave out; a filter that names another host, a GPU the node lacks, or leaves none is an error."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(sgpu.env, OUT_DIR=str(out), SGPU_FAKE_GPUS="4xH100")
+    res = sgpu.run("launch", "--exclude", ":3", "--gpus", 3, python_program("dump_env.py"), env=env)
+    assert res.returncode == 0, res.stderr
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in read_envs(out, 3)] == ["0,1,2"] * 3
+    res = sgpu.run("launch", "--include", "localhost:1,2", "--gpu-bind", "per-rank", python_program("dump_env.py"),
+                   env=env)
+    assert res.returncode == 0, res.stderr
+    assert sorted(e["CUDA_VISIBLE_DEVICES"] for e in read_envs(out, 2)) == ["1", "2"]
+    plan = json.loads(sgpu.run("launch", "--dry-run", "-o", "json", "--exclude", ":0", "--no-python", "true",
+                               env=env).stdout)
+    assert plan["notes"] == ["GPU 0 left out by --exclude"] and plan["nodes"][0]["ranks"] == [0, 1, 2]
+    errors = [
+        (["--exclude", ":3", "--gpus", 4], "this node has only 3 visible H100 GPUs (3x H100); GPU 3 left out by "
+                                           "--exclude"),
+        (["--exclude", "gpu-b:1", "--gpus", 2], "--exclude gpu-b:1: the local backend runs on this host"),
+        (["--exclude", ":9", "--gpus", 2], "--exclude :9: this node has no GPU 9 (it has 0, 1, 2, 3)"),
+        (["--include", ":1", "--exclude", ":1"], "--include :1 --exclude :1: they leave none of this node's GPUs"),
+        (["--exclude", ":1,"], "--exclude ':1,': trailing ','"),
+    ]
+    for args, message in errors:
+        res = sgpu.run("launch", *args, "--no-python", "true", env=env)
+        assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
+    res = sgpu.run("launch", "--exclude", ":3", "--nproc", 1, "--no-python", "true", env=env)
+    assert res.returncode == 0 and "--include/--exclude are not used" in res.stderr, res.stderr
+
+
+def test_filters_other_backends_cannot_apply_are_refused_not_ignored(sgpu):
+    res = sgpu.run("launch", "--backend", "ssh", "--hosts", "a:2,b:2", "--exclude", ":1", "--gpus", 2, "--dry-run",
+                   "--no-python", "true")
+    assert res.returncode == 2 and "--exclude ':1': which host?" in res.stderr, res.stderr
+    res = sgpu.run("launch", "--backend", "slurm", "--exclude", "node-3", "--nproc", 1, "--no-python", "true")
+    assert res.returncode == 2 and "the slurm backend does not apply it yet" in res.stderr, res.stderr
+
+
 def test_kill_9_of_sgpu_also_kills_what_ranks_started(sgpu, tmp_path):
     # PR_SET_PDEATHSIG reaches only the rank's own process; its children
     # (here a background sleep, like a data loader worker) must die too.

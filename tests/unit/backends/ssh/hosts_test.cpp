@@ -145,6 +145,11 @@ TEST_CASE("ssh::parse_host_filter") {
   CHECK(f[1].host == "b");
   CHECK(f[1].devices.empty());
   CHECK(parse_host_filter("[fd00::1]:1", "--include").at(0).host == "fd00::1");
+  // One node's GPUs without a host (a local run): host "".
+  auto here = parse_host_filter(":3,1", "--exclude");
+  REQUIRE(here.size() == 1);
+  CHECK(here[0].host.empty());
+  CHECK(here[0].devices == std::vector<int>{3, 1});
   struct Row {
     const char* text;
     const char* message;
@@ -153,7 +158,8 @@ TEST_CASE("ssh::parse_host_filter") {
       {"", "--exclude: empty filter"},
       {"a@@b", "empty host between '@'"},
       {"a:", "'a:' has no devices"},
-      {":1", "a device list without a host"},
+      {":", "a ':' without devices"},
+      {":1@:2", "host '' is named twice"},
       {"a:x", "device 'x' of host 'a' is not a device index"},
       {"a:-1", "device '-1' of host 'a'"},
       {"a:1,1", "device 1 of host 'a' is named twice"},

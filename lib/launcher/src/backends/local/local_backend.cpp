@@ -1,10 +1,15 @@
 #include "backends/local/local_backend.hpp"
 
+#include <unistd.h>
+#include <algorithm>
+#include <array>
 #include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "backends/host_filter.hpp"
+#include "sgpu/env/error.hpp"
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/devices/topology.hpp"
 #include "sgpu/launcher/io/print.hpp"
@@ -31,6 +36,61 @@ void say_plan_notes(const LaunchPlan& plan, int ranks) {
     for (const auto& r : plan.ranks) diagnostic("sgpu: {}\n", report_line(plan, r));
 }
 
+// --include/--exclude on the one node of a local run: a part names this
+// host as "" (":3"), "localhost" or its hostname, and the GPUs it leaves out
+// are made invisible to the plan, as CUDA_VISIBLE_DEVICES would. Returns
+// what was left out, for messages ("" none). Another host is an error.
+std::string apply_host_filters(const JobSpec& spec, std::vector<env::Gpu>& gpus) {
+  if (spec.include.empty() && spec.exclude.empty()) return {};
+  std::array<char, 256> name{};
+  ::gethostname(name.data(), name.size() - 1);
+  auto here = [&](const std::string& host) {
+    return host.empty() || host == "localhost" || host == "127.0.0.1" || host == name.data();
+  };
+  std::string indexes;
+  for (const auto& g : gpus) indexes += (indexes.empty() ? "" : ", ") + std::to_string(g.index);
+  auto check = [&](const std::vector<HostFilter>& filters, std::string_view flag, const std::string& text) {
+    for (const auto& f : filters) {
+      if (!here(f.host))
+        throw Error(
+            fmt::format("{} {}: the local backend runs on this host ({}) alone; name its GPUs as ':0,1' or "
+                        "'localhost:0,1', or give --backend ssh for other hosts",
+                        flag, text, name.data()));
+      for (int d : f.devices)
+        if (std::none_of(gpus.begin(), gpus.end(), [&](const env::Gpu& g) { return g.index == d; }))
+          throw Error(fmt::format("{} {}: this node has no GPU {} (it has {})", flag, text, d,
+                                  gpus.empty() ? std::string("none") : indexes));
+    }
+  };
+  auto include = spec.include.empty() ? std::vector<HostFilter>{} : parse_host_filter(spec.include, "--include");
+  auto exclude = spec.exclude.empty() ? std::vector<HostFilter>{} : parse_host_filter(spec.exclude, "--exclude");
+  check(include, "--include", spec.include);
+  check(exclude, "--exclude", spec.exclude);
+  auto named = [](const std::vector<HostFilter>& filters, int index) {
+    return std::any_of(filters.begin(), filters.end(), [&](const HostFilter& f) {
+      return f.devices.empty() || std::find(f.devices.begin(), f.devices.end(), index) != f.devices.end();
+    });
+  };
+  std::string left_out;
+  for (auto& g : gpus) {
+    if (!g.visible) continue;
+    bool out = (!include.empty() && !named(include, g.index)) || named(exclude, g.index);
+    if (!out) continue;
+    g.visible = false;
+    left_out += (left_out.empty() ? "" : ", ") + std::to_string(g.index);
+  }
+  if (left_out.empty()) return {};
+  if (std::none_of(gpus.begin(), gpus.end(), [](const env::Gpu& g) { return g.visible; }))
+    throw Error(fmt::format("{}{}{}: they leave none of this node's GPUs ({})",
+                            spec.include.empty() ? "" : "--include " + spec.include,
+                            spec.include.empty() || spec.exclude.empty() ? "" : " ",
+                            spec.exclude.empty() ? "" : "--exclude " + spec.exclude, left_out));
+  auto why = !spec.exclude.empty() && !spec.include.empty() ? "--include/--exclude"
+             : !spec.exclude.empty()                        ? "--exclude"
+                                                            : "--include";
+  return fmt::format("GPU{} {} left out by {}", left_out.find(',') == std::string::npos ? "" : "s", left_out, why);
+}
+
 class LocalBackend : public Backend {
  public:
   void check(LaunchContext& ctx) override {
@@ -39,15 +99,24 @@ class LocalBackend : public Backend {
     const auto& spec = ctx.spec;
     bool cpu_ranks = spec.nproc && spec.nproc_mode.empty() && !spec.gpus && !spec.gpus_per_node;
     if (!cpu_ranks) discover(ctx);
-    resolve_nproc_mode(ctx.spec, discovery_.gpus, static_cast<int>(std::max(1U, std::thread::hardware_concurrency())));
-    ranks_ = rank_count(ctx.spec, discovery_.gpus);  // validates before anything is created
+    if (cpu_ranks && (!spec.include.empty() || !spec.exclude.empty()))
+      diagnostic("sgpu: note: --include/--exclude are not used: they choose GPUs, and --nproc {} runs CPU ranks\n",
+                 *spec.nproc);
+    naming_filters([&] {
+      resolve_nproc_mode(ctx.spec, discovery_.gpus,
+                         static_cast<int>(std::max(1U, std::thread::hardware_concurrency())));
+      ranks_ = rank_count(ctx.spec, discovery_.gpus);  // validates before anything is created
+      return 0;
+    });
     check_open_files_limit(ranks_);
     read_topology(ctx);
   }
 
   PlannedLayout describe(const LaunchContext& ctx) override {
     discover(ctx);  // --dry-run shows the node's GPUs, whatever the ranks use
-    return {{{"this node", discovery_.gpus}}, "", {}};
+    std::vector<std::string> notes;
+    if (!left_out_.empty()) notes.push_back(left_out_);
+    return {{{"this node", discovery_.gpus}}, "", notes};
   }
 
   // The whole plan is validated before the disk is touched.
@@ -64,7 +133,7 @@ class LocalBackend : public Backend {
     port_.emplace(spec.master_port.value_or(0));
     in_.master_port = port_->port();
     if (spec.ray) in_.ray_token = ray_token(rendezvous::Secret::generate());
-    plan_ = make_plan(spec, in_);
+    plan_ = naming_filters([&] { return make_plan(spec, in_); });
     return plan_;
   }
 
@@ -136,6 +205,18 @@ class LocalBackend : public Backend {
     if (discovered_) return;
     discovery_ = discover_gpus(ctx.inherited);
     discovered_ = true;
+    left_out_ = apply_host_filters(ctx.spec, discovery_.gpus);
+  }
+
+  // A plan's error ("only 3 visible H100 GPUs") says which GPUs the filters left out.
+  template <class F>
+  auto naming_filters(F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error& e) {
+      if (left_out_.empty()) throw;
+      throw Error(fmt::format("{}; {}", e.what(), left_out_), e.exit_code());
+    }
   }
 
   // --cpu-bind, --report-bindings: read before anything starts, so a
@@ -146,6 +227,7 @@ class LocalBackend : public Backend {
   }
 
   Discovery discovery_;
+  std::string left_out_;  // "GPU 3 left out by --exclude :3", for messages; "" none
   std::optional<Topology> topology_;
   PlanInputs in_;
   std::optional<rendezvous::PortReservation> port_;  // MASTER_PORT, held until the ranks bind it

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/host_filter.hpp"
+
 namespace sgpu::launcher::ssh {
 
 struct HostEntry {
@@ -27,14 +29,9 @@ std::vector<HostEntry> parse_hostfile(std::string_view text, std::string_view pa
 // "a:8,b:8", "alice@a:4,b", "[fe80::1]:2". `flag` names the option in messages.
 std::vector<HostEntry> parse_hosts_list(std::string_view text, std::string_view flag = "--hosts");
 
-// One `@`-separated part of an include/exclude filter: "a" or "a:0,2".
-struct HostFilter {
-  std::string host;
-  std::vector<int> devices;  // empty: the whole host
-};
-
-// DeepSpeed's syntax: "a:0,2@b". `flag` names the option in messages.
-std::vector<HostFilter> parse_host_filter(std::string_view text, std::string_view flag);
+// The include/exclude filters (backends/host_filter.hpp), by their old names here.
+using launcher::HostFilter;
+using launcher::parse_host_filter;
 
 // A host still available after filtering, with the devices it may use.
 struct CandidateHost {

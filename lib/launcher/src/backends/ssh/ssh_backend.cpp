@@ -172,8 +172,13 @@ std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
     throw Error("--backend ssh needs hosts: --hostfile FILE or --hosts a:8,b:8");
   }
   std::vector<ssh::HostFilter> include, exclude;
-  if (!s.include.empty()) include = ssh::parse_host_filter(s.include, "--include");
-  if (!s.exclude.empty()) exclude = ssh::parse_host_filter(s.exclude, "--exclude");
+  if (!spec.include.empty()) include = ssh::parse_host_filter(spec.include, "--include");
+  if (!spec.exclude.empty()) exclude = ssh::parse_host_filter(spec.exclude, "--exclude");
+  for (const auto* filters : {&include, &exclude})
+    for (const auto& f : *filters)
+      if (f.host.empty())
+        throw Error(fmt::format("{} ':{}': which host? With --backend ssh every part names one: 'a:{}'",
+                                filters == &include ? "--include" : "--exclude", f.devices.front(), f.devices.front()));
   auto candidates = ssh::filter_hosts(pool, include, exclude);
   if (candidates.empty()) throw Error(fmt::format("no hosts left in {} after --include/--exclude", pool_name));
 

@@ -14,8 +14,6 @@ struct Settings {
   static constexpr std::string_view kTable = "ssh";
   std::vector<std::string> hosts;  // "host", "host:slots", "user@host:slots"
   std::string hostfile;
-  std::string include;  // DeepSpeed filters: "a:0,2@b"
-  std::string exclude;
   std::string user;
   std::optional<int> port;
   std::string identity;              // ssh -i

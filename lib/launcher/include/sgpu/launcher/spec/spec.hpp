@@ -93,6 +93,10 @@ struct JobSpec {
   int nodes = 1;
   std::string backend = "local";  // "local", "ssh", "slurm"
   std::string gpu_type;           // "" means detect
+  // --include/--exclude, DeepSpeed's syntax (backends/host_filter.hpp): which
+  // hosts and GPUs the job may use; every backend applies them.
+  std::string include;
+  std::string exclude;
   GpuBind gpu_bind = GpuBind::Node;
   CpuBind cpu_bind = CpuBind::None;
   bool report_bindings = false;    // --report-bindings: one line per rank at start
