@@ -78,7 +78,7 @@ std::size_t rank_pipe_size(std::size_t ranks) {
 }
 
 RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files,
-                         std::size_t stdout_pipe)
+                         std::size_t stdout_pipe, const sigset_t* caught)
     : out_(io), err_(io) {
   auto env_strings = environment_strings(launch.env);
   auto envp = c_strings(env_strings);
@@ -104,6 +104,7 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
   req.stdio[2] = fds.fd[3];
   req.parent = ::getpid();
   req.open_files = open_files;
+  req.caught = caught;
   BindingMasks binding(launch);
   binding.apply(req);
   child_ = std::make_unique<ChildProcess>(io, req);

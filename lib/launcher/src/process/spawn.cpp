@@ -71,6 +71,10 @@ int child_main(void* arg) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig = 1; sig < NSIG; ++sig) {
+    if (req.caught != nullptr) {  // known: one system call per caught signal, not one per signal
+      if (::sigismember(req.caught, sig) == 1) ::sigaction(sig, &dfl, nullptr);
+      continue;
+    }
     struct sigaction old {};
     if (sig == SIGKILL || sig == SIGSTOP || ::sigaction(sig, nullptr, &old) != 0) continue;
     if (old.sa_handler == SIG_DFL || (old.sa_handler == SIG_IGN && sig != SIGPIPE)) continue;
@@ -145,6 +149,18 @@ int child_main(void* arg) {
 }
 
 }  // namespace
+
+sigset_t caught_signals() {
+  sigset_t caught;
+  sigemptyset(&caught);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction old {};
+    if (sig == SIGKILL || sig == SIGSTOP || ::sigaction(sig, nullptr, &old) != 0) continue;
+    if (old.sa_handler == SIG_DFL || (old.sa_handler == SIG_IGN && sig != SIGPIPE)) continue;
+    sigaddset(&caught, sig);
+  }
+  return caught;
+}
 
 Spawned spawn_process(const SpawnRequest& request) {
   static std::mutex one_at_a_time;  // the slots are shared by every spawn

@@ -6,6 +6,7 @@
 // lib/launcher.
 #include <sys/resource.h>
 #include <sys/types.h>
+#include <csignal>
 #include <cstddef>
 
 namespace sgpu::launcher {
@@ -20,6 +21,9 @@ struct SpawnRequest {
   pid_t parent = 0;                    // PR_SET_PDEATHSIG(SIGKILL) tied to this pid; 0: none
   bool new_session = true;             // false: a process group of its own in sgpu's session
   const rlimit* open_files = nullptr;  // RLIMIT_NOFILE to give the child (sgpu's before raising it)
+  // The signals the child must set back to their default (caught_signals());
+  // nullptr: it asks for each of the 64 itself, a system call each.
+  const sigset_t* caught = nullptr;
   // --cpu-bind, both made before the clone: the child's CPUs (a cpu_set_t of
   // `cpus_size` bytes), and the NUMA nodes its memory prefers (a bitmask of
   // `numa_bits` bits, MPOL_PREFERRED). nullptr: inherited.
@@ -39,5 +43,10 @@ struct Spawned {
 // (SIGPIPE included); returns once it has exec'd. Throws std::system_error with the errno of the step that
 // failed (chdir, exec: ENOENT, EACCES...), the child then reaped.
 Spawned spawn_process(const SpawnRequest& request);
+
+// The signals a child must reset before exec: those with a handler of
+// sgpu's now, and SIGPIPE when ignored (only sgpu ignores it). Valid while
+// no handler changes: a batch of spawns on the loop.
+sigset_t caught_signals();
 
 }  // namespace sgpu::launcher

@@ -1,5 +1,7 @@
 #include "sgpu/launcher/process/supervisor.hpp"
 
+#include "process/spawn.hpp"
+
 #include "sgpu/launcher/process/adopted_reaper.hpp"
 #include "sgpu/launcher/process/job_control.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
@@ -72,6 +74,7 @@ struct Supervisor::State : JobControl::Actions {
   // Backpressure: the console's (its reader lags) and the run log's (its disk lags).
   std::vector<std::weak_ptr<OutputFlow>> flows;
   std::size_t stdout_pipe = 0;  // each rank's stdout pipe size (rank_pipe_size)
+  sigset_t caught{};            // the signals a rank resets before exec, for this batch (caught_signals)
   // Every pipe is read into the current one of these, one at a time; the
   // first is allocated on the first read (a job that prints nothing never
   // needs one), another only while an observer keeps the last.
@@ -261,6 +264,7 @@ struct Supervisor::State : JobControl::Actions {
   // in between: Ctrl-C or the timeout during a large start act at once, and
   // the ranks not started yet are not started.
   void spawn_from(std::size_t first) {
+    caught = caught_signals();  // no handler changes within the batch
     std::size_t i = first;
     for (std::size_t end = std::min(first + kSpawnBatch, launches.size()); i < end && !control.stopping(); ++i)
       spawn(launches[i]);
@@ -278,7 +282,7 @@ struct Supervisor::State : JobControl::Actions {
     rank->record.rank = launch.rank;
     if (auto hb = launch.env.find("SGPU_HEARTBEAT_FILE"); hb != launch.env.end()) rank->heartbeat = hb->second;
     try {
-      rank->process = std::make_unique<RankProcess>(io, launch, &open_files, stdout_pipe);
+      rank->process = std::make_unique<RankProcess>(io, launch, &open_files, stdout_pipe, &caught);
     } catch (const std::system_error& e) {
       env::JobEnd end;
       end.kind = env::JobEnd::Kind::SpawnFailed;

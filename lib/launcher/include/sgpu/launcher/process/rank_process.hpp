@@ -4,6 +4,7 @@
 // /dev/null as stdin. Started with clone(CLONE_VM | CLONE_VFORK): the cost of a
 // start does not grow with the ranks already running.
 #include <sys/resource.h>
+#include <csignal>
 #include <functional>
 #include <memory>
 #include <string>
@@ -49,9 +50,11 @@ class RankProcess {
   // the failed exec (ENOENT, EACCES, ...). `open_files`: the RLIMIT_NOFILE the
   // rank gets (sgpu's own before it raised it), nullptr for sgpu's.
   // `stdout_pipe`: the stdout pipe's size (rank_pipe_size), 0 for the
-  // default; a size the kernel refuses leaves the default.
+  // default; a size the kernel refuses leaves the default. `caught`: the
+  // signals with a handler of sgpu's now (caught_signals()), for a batch of
+  // ranks; nullptr: the child asks for each signal itself.
   RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files = nullptr,
-              std::size_t stdout_pipe = 0);
+              std::size_t stdout_pipe = 0, const sigset_t* caught = nullptr);
   ~RankProcess();
   RankProcess(const RankProcess&) = delete;
   RankProcess& operator=(const RankProcess&) = delete;
