@@ -415,12 +415,12 @@ def test_include_and_exclude_choose_this_node_s_gpus(sgpu, tmp_path):
     assert res.returncode == 0 and "--include/--exclude are not used" in res.stderr, res.stderr
 
 
-def test_filters_other_backends_cannot_apply_are_refused_not_ignored(sgpu):
+def test_a_filter_without_a_host_is_refused_by_the_multi_node_backends(sgpu):
     res = sgpu.run("launch", "--backend", "ssh", "--hosts", "a:2,b:2", "--exclude", ":1", "--gpus", 2, "--dry-run",
                    "--no-python", "true")
     assert res.returncode == 2 and "--exclude ':1': which host?" in res.stderr, res.stderr
-    res = sgpu.run("launch", "--backend", "slurm", "--exclude", "node-3", "--nproc", 1, "--no-python", "true")
-    assert res.returncode == 2 and "the slurm backend does not apply it yet" in res.stderr, res.stderr
+    res = sgpu.run("launch", "--backend", "slurm", "--exclude", ":3", "--nproc", 1, "--no-python", "true")
+    assert res.returncode == 2 and "--exclude :3: which node?" in res.stderr, res.stderr
 
 
 def test_kill_9_of_sgpu_also_kills_what_ranks_started(sgpu, tmp_path):

@@ -173,6 +173,29 @@ def test_dry_run_inside_an_allocation_shows_its_nodes(slurm_cluster, cluster_env
     assert [r["env"]["NODE_RANK"] for r in doc["ranks"]] == ["0", "1"]
 
 
+def test_include_and_exclude_choose_the_nodes_inside_an_allocation_and_for_a_new_one(slurm_cluster, cluster_env,
+                                                                                      sgpu, tmp_path):
+    res = slurm_cluster.run("salloc", "-w", "node[1-3]",
+                            *sgpu_cmd(sgpu, "launch", "--dry-run", "-o", "json", "--nproc", 1, "--exclude", "node2",
+                                      "--no-python", "true"),
+                            env=cluster_env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert [n["host"].split()[0] for n in doc["nodes"]] == ["node1", "node3"], doc["nodes"]
+    assert "nodes left out by --include/--exclude: node2" in doc["notes"], doc["notes"]
+    # A new allocation: salloc --exclude, and the job runs elsewhere.
+    res = subprocess.run(sgpu_cmd(sgpu, "launch", "--backend", "slurm", "--nodes", 2, "--nproc", 1, "--exclude",
+                                  "node[1-2]", "--no-python", "true"),
+                         env=cluster_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    running_on = expand_nodes(re.search(r"SLURM job \d+ is running on (\S+)", res.stderr).group(1))
+    assert len(running_on) == 2 and not {"node1", "node2"} & set(running_on), running_on
+    res = subprocess.run(sgpu_cmd(sgpu, "launch", "--backend", "slurm", "--nodes", 2, "--nproc", 1, "--exclude",
+                                  "node1:1", "--no-python", "true"),
+                         env=cluster_env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "leaves out whole nodes ('node1'), not GPUs" in res.stderr, res.stderr
+
+
 def final_loss(text):
     m = re.findall(r"final loss (\d+\.\d+)", text)
     assert m, text

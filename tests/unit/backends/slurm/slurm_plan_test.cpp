@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
 
+#include "backends/slurm/slurm_job.hpp"
 #include "backends/slurm/slurm_launch.hpp"
 #include "backends/slurm/slurm_settings.hpp"
 #include "sgpu/env/error.hpp"
@@ -131,5 +133,58 @@ TEST_CASE("launcher::plan_slurm_job asks for a new allocation") {
                          doctest::Contains("SGPU_POOL=on-demand: the job spec names no partition or QoS for this "
                                            "pool; set slurm.pools.on_demand.partition"),
                          sgpu::Error);
+  }
+}
+
+TEST_CASE("launcher::plan_slurm_job with --include/--exclude") {
+  struct Row {
+    const char* include;
+    const char* exclude;
+    int nodes;  // --nodes; 0: not given
+    bool inside;
+    Args chosen;         // inside an allocation of n[1-4]
+    const char* salloc;  // a new allocation: its --exclude / --nodelist
+    const char* error;   // "" none
+  };
+  const Row rows[] = {
+      {"", "n2", 0, true, {"n1", "n3", "n4"}, "", ""},
+      {"", "n[1-2]", 2, true, {"n3", "n4"}, "", ""},
+      {"n4@n2", "", 0, true, {"n2", "n4"}, "", ""},  // the allocation's order
+      {"", "n[1-3]", 2, true, {}, "", "--nodes 2: SLURM job 42 has 4 nodes (n[1-4]), 1 left after --include/--exclude"},
+      {"", "n9", 0, true, {}, "", "--exclude n9: SLURM job 42 has no node n9 (it has n[1-4])"},
+      {"", "n1:1", 0, true, {}, "", "leaves out whole nodes ('n1'), not GPUs"},
+      {"", ":1", 0, true, {}, "", "--exclude :1: which node?"},
+      {"", "n[1-2]", 2, false, {}, "--exclude=n[1-2]", ""},
+      {"n3@n4", "", 2, false, {}, "--nodelist=n[3-4]", ""},
+      {"n3", "", 2, false, {}, "", "--include n3: a new allocation takes exactly the nodes named"},
+      {"n3@n4", "n4", 2, false, {}, "", "both name n4"},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.include);
+    CAPTURE(row.exclude);
+    auto s = job();
+    s.include = row.include;
+    s.exclude = row.exclude;
+    if (row.nodes > 0) {
+      s.nodes = row.nodes;
+      s.origins["resources.nodes"] = "--nodes " + std::to_string(row.nodes);
+    }
+    auto plan = [&] {
+      return plan_slurm_job(s, row.inside ? std::optional(allocation({"n1", "n2", "n3", "n4"})) : std::nullopt);
+    };
+    if (*row.error != '\0') {
+      CHECK_THROWS_WITH_AS(plan(), doctest::Contains(row.error), sgpu::Error);
+      continue;
+    }
+    auto p = plan();
+    if (row.inside) {
+      CHECK(p.nodes == row.chosen);
+      CHECK(p.nnodes == static_cast<int>(row.chosen.size()));
+      REQUIRE(!p.notes.empty());
+      CHECK(p.notes.back().find("nodes left out by --include/--exclude") != std::string::npos);
+    } else {
+      auto argv = sgpu::launcher::slurm::salloc_argv(p.request);
+      CHECK(std::find(argv.begin(), argv.end(), std::string(row.salloc)) != argv.end());
+    }
   }
 }

@@ -25,13 +25,6 @@ class SlurmBackend : public Backend {
           "{}: the slurm backend starts every node itself; drop --rdzv-endpoint and --node-rank (--nodes N says "
           "how many nodes)",
           where_set(spec, "resources.backend", "--backend slurm")));
-    // Not yet applied to an allocation: refused rather than silently ignored.
-    for (const auto& [flag, value] : {std::pair{"--include", &spec.include}, std::pair{"--exclude", &spec.exclude}})
-      if (!value->empty())
-        throw Error(
-            fmt::format("{} {}: the slurm backend does not apply it yet; leave nodes out with salloc/sbatch "
-                        "--exclude=NODES (or --nodelist), and GPUs with CUDA_VISIBLE_DEVICES",
-                        flag, *value));
     auto limits = node_limits(spec);
     in_.join_timeout = limits.join_timeout;
     in_.heartbeat_timeout = limits.heartbeat_timeout;

@@ -98,6 +98,8 @@ std::vector<std::string> salloc_argv(const SlurmRequest& r) {
   add("reservation", r.reservation);
   if (r.time_limit) add("time", slurm_time_limit(*r.time_limit));
   add("job-name", r.job_name);
+  add("exclude", r.exclude);
+  add("nodelist", r.nodelist);
   add("signal", r.signal);
   argv.insert(argv.end(), r.extra_args.begin(), r.extra_args.end());
   argv.insert(argv.end(), {"--kill-command=TERM", "--", "/bin/sh", "-c",

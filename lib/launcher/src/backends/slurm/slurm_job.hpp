@@ -39,6 +39,8 @@ struct SlurmRequest {
   std::string reservation;
   std::optional<env::Seconds> time_limit;  // nullopt: the partition's default
   std::string job_name;
+  std::string exclude;                  // --exclude's nodes, as a hostlist ("" none)
+  std::string nodelist;                 // --include's nodes, as a hostlist: exactly `nodes` of them ("" none)
   std::vector<std::string> extra_args;  // [slurm] extra_args, as they are
   // --signal-before as SLURM's --signal=SIG@SECONDS (slurm_signal), "" for none.
   std::string signal;

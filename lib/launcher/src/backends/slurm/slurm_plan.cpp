@@ -1,6 +1,9 @@
 // plan_slurm_job: which nodes, how many, and the allocation to ask for. Pure.
+#include <algorithm>
+
 #include <fmt/format.h>
 
+#include "backends/host_filter.hpp"
 #include "backends/slurm/hostlist.hpp"
 #include "backends/slurm/slurm_launch.hpp"
 #include "backends/slurm/slurm_settings.hpp"
@@ -36,22 +39,75 @@ void apply_pool(const JobSpec& spec, slurm::SlurmRequest& r) {
   take(r.qos, qos, "qos");
 }
 
+// --include/--exclude name SLURM nodes ("node3@node4"); a GPU list
+// ("node3:1") is not applied by this backend yet, and a part without a node
+// (":1") names none. Returns the nodes named, in order.
+std::vector<std::string> filter_nodes(const std::string& text, std::string_view flag) {
+  std::vector<std::string> nodes;
+  if (text.empty()) return nodes;
+  for (const auto& f : parse_host_filter(text, flag)) {
+    if (f.host.empty())
+      throw Error(fmt::format("{} {}: which node? With --backend slurm every part names one: 'node3'", flag, text));
+    if (!f.devices.empty())
+      throw Error(
+          fmt::format("{} {}: the slurm backend leaves out whole nodes ('{}'), not GPUs; give those with "
+                      "CUDA_VISIBLE_DEVICES or salloc's --gpus",
+                      flag, text, f.host));
+    for (auto& n : slurm::expand_hostlist(f.host, flag)) nodes.push_back(std::move(n));
+  }
+  return nodes;
+}
+
 }  // namespace
 
 SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<slurm::SlurmAllocation>& allocation) {
   SlurmPlan plan;
   bool nodes_given = spec.origins.count("resources.nodes") > 0;
   auto nodes_where = where_set(spec, "resources.nodes", fmt::format("--nodes {}", spec.nodes));
+  auto include = filter_nodes(spec.include, "--include");
+  auto exclude = filter_nodes(spec.exclude, "--exclude");
+  auto named = [](const std::vector<std::string>& list, const std::string& node) {
+    return std::find(list.begin(), list.end(), node) != list.end();
+  };
   if (allocation) {
-    auto have = static_cast<int>(allocation->nodes.size());
+    // The allocation's nodes the filters leave, in its order.
+    std::vector<std::string> usable;
+    for (const auto& n : allocation->nodes)
+      if ((include.empty() || named(include, n)) && !named(exclude, n)) usable.push_back(n);
+    for (const auto* list : {&include, &exclude})
+      for (const auto& n : *list)
+        if (!named(allocation->nodes, n))
+          throw Error(fmt::format("{} {}: SLURM job {} has no node {} (it has {})",
+                                  list == &include ? "--include" : "--exclude",
+                                  list == &include ? spec.include : spec.exclude, allocation->job_id, n,
+                                  slurm::compress_hostlist(allocation->nodes)));
+    auto have = static_cast<int>(usable.size());
     plan.nnodes = nodes_given ? spec.nodes : have;
-    if (plan.nnodes > have)
-      throw Error(fmt::format("{}: SLURM job {} has {} node{} ({}); ask for more with salloc/sbatch -N", nodes_where,
-                              allocation->job_id, have, have == 1 ? "" : "s",
-                              slurm::compress_hostlist(allocation->nodes)));
-    plan.nodes.assign(allocation->nodes.begin(), allocation->nodes.begin() + plan.nnodes);
+    auto filtered = usable.size() != allocation->nodes.size();
+    if (plan.nnodes > have || have == 0)
+      throw Error(fmt::format("{}: SLURM job {} has {} node{} ({}){}; ask for more with salloc/sbatch -N",
+                              nodes_given ? nodes_where : "--include/--exclude", allocation->job_id,
+                              allocation->nodes.size(), allocation->nodes.size() == 1 ? "" : "s",
+                              slurm::compress_hostlist(allocation->nodes),
+                              filtered ? fmt::format(", {} left after --include/--exclude", have) : ""));
+    plan.nodes.assign(usable.begin(), usable.begin() + plan.nnodes);
+    if (filtered) {
+      std::vector<std::string> left_out;
+      for (const auto& n : allocation->nodes)
+        if (!named(usable, n)) left_out.push_back(n);
+      plan.notes.push_back(
+          fmt::format("nodes left out by --include/--exclude: {}", slurm::compress_hostlist(left_out)));
+    }
   } else {
     plan.nnodes = spec.nodes;
+    if (!include.empty() && static_cast<int>(include.size()) != plan.nnodes)
+      throw Error(
+          fmt::format("--include {}: a new allocation takes exactly the nodes named (salloc --nodelist), and "
+                      "it names {} for {}; name {} or use --exclude",
+                      spec.include, include.size(), nodes_where, plan.nnodes));
+    for (const auto& n : include)
+      if (named(exclude, n))
+        throw Error(fmt::format("--include {} and --exclude {} both name {}", spec.include, spec.exclude, n));
   }
   if (spec.gpus && *spec.gpus % plan.nnodes != 0)
     throw Error(fmt::format("{} does not split evenly over {} nodes; give --gpus-per-node N",
@@ -87,6 +143,8 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<slurm::SlurmAl
     }
     auto name = spec.entrypoint.target.substr(spec.entrypoint.target.find_last_of('/') + 1);
     r.job_name = "sgpu:" + (name.empty() ? std::string("job") : name);
+    if (!exclude.empty()) r.exclude = slurm::compress_hostlist(exclude);
+    if (!include.empty()) r.nodelist = slurm::compress_hostlist(include);
     r.extra_args = s.extra_args;
   } else if (!slurm::settings(spec).pool.empty() || !slurm::settings(spec).partition.empty() ||
              !slurm::settings(spec).qos.empty()) {
