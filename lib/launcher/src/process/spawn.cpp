@@ -56,8 +56,9 @@ Slots& slots() {
 
 struct Child {
   const SpawnRequest* request;
-  const Slots* slots = nullptr;  // set: sharing sgpu's table, the request's fds are in the slots
-  int error = 0;                 // written by the child (shared memory) when a step fails
+  const Slots* slots = nullptr;      // set: sharing sgpu's table, the request's fds are in the slots
+  const sigset_t* caught = nullptr;  // the signals to set back to their default (caught_signals())
+  int error = 0;                     // written by the child (shared memory) when a step fails
 };
 
 // Runs on its own stack in sgpu's memory while sgpu is suspended
@@ -70,16 +71,8 @@ int child_main(void* arg) {
   // ignored, as across any exec, except SIGPIPE, which only sgpu ignores.
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (req.caught != nullptr) {  // known: one system call per caught signal, not one per signal
-      if (::sigismember(req.caught, sig) == 1) ::sigaction(sig, &dfl, nullptr);
-      continue;
-    }
-    struct sigaction old {};
-    if (sig == SIGKILL || sig == SIGSTOP || ::sigaction(sig, nullptr, &old) != 0) continue;
-    if (old.sa_handler == SIG_DFL || (old.sa_handler == SIG_IGN && sig != SIGPIPE)) continue;
-    ::sigaction(sig, &dfl, nullptr);
-  }
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (::sigismember(child.caught, sig) == 1) ::sigaction(sig, &dfl, nullptr);
   // Its own session (so its own group): the terminal's Ctrl-C reaches sgpu,
   // which decides what to pass on, and a rank that reads the terminal gets
   // end of file instead of being stopped by SIGTTIN. Other children (ssh,
@@ -168,6 +161,9 @@ Spawned spawn_process(const SpawnRequest& request) {
   void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED) throw std::system_error(errno, std::generic_category(), request.path);
   Child child{&request};
+  sigset_t caught;
+  if (request.caught == nullptr) caught = caught_signals();
+  child.caught = request.caught != nullptr ? request.caught : &caught;
   auto& held = slots();
   int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
   if (held.ok) {
@@ -191,8 +187,8 @@ Spawned spawn_process(const SpawnRequest& request) {
   ::sigprocmask(SIG_SETMASK, &before, nullptr);
   ::munmap(stack, kChildStack);
   // The slots let go of the child's descriptors: a pipe's end held here would keep its reader from EOF.
-  for (int fd : held.fd)
-    if (held.ok) ::dup3(held.devnull, fd, O_CLOEXEC);
+  if (held.ok)
+    for (int fd : held.fd) ::dup3(held.devnull, fd, O_CLOEXEC);
   if (pid < 0) throw std::system_error(clone_errno, std::generic_category(), request.path);
   note_own_child(pid);  // its status is the caller's: the SIGCHLD reaper leaves it
   if (child.error != 0) {

@@ -21,8 +21,8 @@ struct SpawnRequest {
   pid_t parent = 0;                    // PR_SET_PDEATHSIG(SIGKILL) tied to this pid; 0: none
   bool new_session = true;             // false: a process group of its own in sgpu's session
   const rlimit* open_files = nullptr;  // RLIMIT_NOFILE to give the child (sgpu's before raising it)
-  // The signals the child must set back to their default (caught_signals());
-  // nullptr: it asks for each of the 64 itself, a system call each.
+  // The signals the child must set back to their default (caught_signals()),
+  // for a batch of spawns; nullptr: spawn_process reads them for this one.
   const sigset_t* caught = nullptr;
   // --cpu-bind, both made before the clone: the child's CPUs (a cpu_set_t of
   // `cpus_size` bytes), and the NUMA nodes its memory prefers (a bitmask of

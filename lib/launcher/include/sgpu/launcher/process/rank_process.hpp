@@ -52,7 +52,7 @@ class RankProcess {
   // `stdout_pipe`: the stdout pipe's size (rank_pipe_size), 0 for the
   // default; a size the kernel refuses leaves the default. `caught`: the
   // signals with a handler of sgpu's now (caught_signals()), for a batch of
-  // ranks; nullptr: the child asks for each signal itself.
+  // ranks; nullptr: read for this rank alone.
   RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files = nullptr,
               std::size_t stdout_pipe = 0, const sigset_t* caught = nullptr);
   ~RankProcess();
