@@ -26,13 +26,13 @@ std::optional<int> index_of(std::string_view s) {
   return v;
 }
 
-bool same_name(std::string_view a, std::string_view b) {
+}  // namespace
+
+bool same_host(std::string_view a, std::string_view b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
     return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
   });
 }
-
-}  // namespace
 
 std::vector<HostFilter> parse_host_filter(std::string_view text, std::string_view flag) {
   std::vector<HostFilter> out;
@@ -75,7 +75,7 @@ std::vector<HostFilter> parse_host_filter(std::string_view text, std::string_vie
         throw Error(fmt::format("{}: trailing ',' after the devices of '{}'", where, f.host));
     }
     for (const auto& prev : out)
-      if (same_name(prev.host, f.host))
+      if (same_host(prev.host, f.host))
         throw Error(fmt::format("{}: host '{}' is named twice; list all its devices in one part", where, f.host));
     out.push_back(std::move(f));
     if (at == std::string_view::npos) break;

@@ -17,4 +17,7 @@ struct HostFilter {
 // `flag` names the option in messages ("--exclude").
 std::vector<HostFilter> parse_host_filter(std::string_view text, std::string_view flag);
 
+// Host names compare without regard to case, as DNS does.
+bool same_host(std::string_view a, std::string_view b);
+
 }  // namespace sgpu::launcher

@@ -11,12 +11,6 @@
 namespace sgpu::launcher::ssh {
 namespace {
 
-bool same_host(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 std::string host_names(const std::vector<HostEntry>& pool) {
   std::string out;
   for (const auto& h : pool) out += (out.empty() ? "" : ", ") + h.host;
