@@ -25,6 +25,9 @@ std::string short_help(std::string text) {
 
 std::string joined(const std::vector<std::string>& words) { return fmt::format("{}", fmt::join(words, " ")); }
 
+// What `sgpu completion` takes, and so what its word completes to.
+const std::vector<std::string> kShells = {"bash", "zsh", "fish"};
+
 // Single quotes for the shell: 'it'\''s'.
 std::string quoted(const std::string& text) {
   std::string out = "'";
@@ -64,7 +67,7 @@ std::string bash_script(const std::vector<CommandModel>& commands) {
         positional = "COMPREPLY=($(compgen -f -- \"$cur\")); compopt -o filenames 2>/dev/null";
         break;
       case ValueKind::Choice:
-        positional = "COMPREPLY=($(compgen -W 'bash zsh fish' -- \"$cur\"))";
+        positional = fmt::format("COMPREPLY=($(compgen -W {} -- \"$cur\"))", quoted(joined(kShells)));
         break;
       default:
         positional = "return";
@@ -128,8 +131,6 @@ std::string fish_script(const std::vector<CommandModel>& commands) {
       "# sgpu's fish completion (sgpu completion fish), generated from its options.\n"
       "# Load it with: sgpu completion fish | source\n"
       "complete -c sgpu -f\n";
-  std::vector<std::string> names;
-  for (const auto& c : commands) names.push_back(c.name);
   for (const auto& c : commands)
     out += fmt::format("complete -c sgpu -n '__fish_use_subcommand' -a {} -d {}\n", c.name, quoted(short_help(c.help)));
   for (const auto& c : commands) {
@@ -152,7 +153,7 @@ std::string fish_script(const std::vector<CommandModel>& commands) {
     else if (c.positional == ValueKind::Path)
       out += fmt::format("complete -c sgpu -n {} -F\n", when);
     else if (c.positional == ValueKind::Choice)
-      out += fmt::format("complete -c sgpu -n {} -a 'bash zsh fish'\n", when);
+      out += fmt::format("complete -c sgpu -n {} -a {}\n", when, quoted(joined(kShells)));
   }
   return out;
 }
@@ -164,7 +165,7 @@ Command add_completion_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("completion",
                                  "Print shell completion for bash, zsh or fish: source <(sgpu completion bash), "
                                  "sgpu completion fish | source");
-  cmd->add_option("SHELL", *shell, "bash, zsh or fish")->required()->check(CLI::IsMember({"bash", "zsh", "fish"}));
+  cmd->add_option("SHELL", *shell, "bash, zsh or fish")->required()->check(CLI::IsMember(kShells));
   return [&app, shell](const DashTail&) {
     auto commands = model_of(app);
     if (*shell == "bash")
