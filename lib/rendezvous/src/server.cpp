@@ -271,14 +271,15 @@ void RendezvousServer::Impl::on_probe_result(Peer& p, const ProbeResult& r) {
 
 // The network is checked: the handler may end here (--explain-network).
 void RendezvousServer::Impl::checked() {
-  if (auto done = handler.on_network_checked(node_infos(), *start_msg)) {
+  auto infos = node_infos();  // with their preflight reports; one copy for both handler calls
+  if (auto done = handler.on_network_checked(infos, *start_msg)) {
     phase = Phase::Stopped;
     Message word = *done;
     close_all(&word);
     handler.on_failed(done->summary, done->exit_code);
     return;
   }
-  start_all();
+  start_all(infos);
 }
 
 NodeInfo RendezvousServer::Impl::info(const Peer& n) const {
@@ -312,14 +313,13 @@ std::vector<Join> RendezvousServer::Impl::joins() const {
   return out;
 }
 
-void RendezvousServer::Impl::start_all() {
+void RendezvousServer::Impl::start_all(const std::vector<NodeInfo>& infos) {
   phase = Phase::Running;
   boost::system::error_code ignored;
   acceptor.close(ignored);  // the run has its nodes: later peers are turned away by the kernel
   accept_pause.cancel();
   join_timer.cancel();
   say_unsaid_refusals();
-  auto infos = node_infos();  // with their preflight reports, cleared below
   for (auto* n : nodes) {
     n->state = State::Running;
     n->socket->send(*start_msg);

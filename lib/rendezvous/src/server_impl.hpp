@@ -123,7 +123,7 @@ struct RendezvousServer::Impl {
   Probe probe(bool listen) const;  // the check's ask: node 0 listens, the others connect
   void on_probe_result(Peer& p, const ProbeResult& r);
   void checked();
-  void start_all();
+  void start_all(const std::vector<NodeInfo>& infos);  // `infos`: node_infos() before the preflight is cleared
   void on_running(Peer& p, Message&& m);
   void on_join_timeout();
   void close_all(const Message* last);
