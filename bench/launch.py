@@ -116,14 +116,14 @@ def run(ctx):
         if r and r.ok and base.ok:
             s.headline.append((f"{name} ÷ sgpu, start-to-exit time",
                                fmt_ratio(median(r.values) / median(base.values))))
-    steady_state(ctx, s)  # the figure the summary quotes first: a user's home is not new
+    steady_runs = steady_state(ctx, s)  # the figure the summary quotes first: a user's home is not new
     fl = next(r for r in rows if r.peer.role == "floor")
     if fl.ok and base.ok:
         s.headline.append(("sgpu ÷ floor, a new SGPU_HOME (nothing to retire)",
                            fmt_ratio(median(base.values) / median(fl.values))))
     bound_ranks(ctx, s)
     if not ctx.quick:
-        phases(ctx, s)
+        phases(ctx, s, steady_runs)
         many_ranks(ctx, s)
     if ctx.quick:
         cells = next(t for t in s.table if t[0] == SELF_CHECK)
@@ -160,27 +160,31 @@ def steady_state(ctx, s):
                           "`--keep-runs`), so that each launch also retires the oldest run: the steady state of a "
                           "user's home. Filled by 100 launches first; checked to hold exactly 100 runs at the end:",
                           timing_table(rows)))
-    s.commands += [shell(["hyperfine", "-N", *runs, shlex.join(r.peer.argv)]).replace(runs_dir, "$WORK/runs")
+    s.commands += [shell(["hyperfine", "-N", *runs, shlex.join(r.peer.argv)]).replace(ctx.work, "$WORK")
                    for r in rows]
     if not base.ok:
         s.sgpu_failure = f"steady state: {base.failure}"
-    elif fl.ok:
+        return None
+    if fl.ok:
         s.headline.append(("sgpu ÷ floor, steady state (100 runs kept, one retired per launch)",
                            fmt_ratio(median(base.values) / median(fl.values))))
+    return runs_dir
 
 
-def phases(ctx, s):
-    """Where the steady-state launch spends its time beyond the floor (bench/launch_phases.py)."""
-    m, cmds = launch_phases.measure(ctx.sgpu, ctx.root, ctx.env, rounds=ctx.rounds_for(4), log=ctx.log)
+def phases(ctx, s, steady_runs):
+    """Where the steady-state launch spends its time beyond the floor (bench/launch_phases.py), its steady
+    variant in the runs directory steady_state() filled (None: it failed, and phases fills one)."""
+    m, cmds = launch_phases.measure(ctx.sgpu, ctx.root, ctx.env, rounds=ctx.rounds_for(4), log=ctx.log,
+                                    steady_runs=steady_runs)
     s.more_tables.append(("Where the time goes: a steady-state launch of 8 ranks of /bin/true against the floor, "
                           "split by timing variants of it (bench/launch_phases.py, 10 runs a round, rounds "
                           "rotated; each phase is a difference of two medians, so it carries the noise of both). "
                           "`tmpfs` runs keep their runs in /dev/shm (`$SHM`, `$DISK` being /tmp) and retire none "
                           "(`--keep-runs 0`):",
                           launch_phases.table(m)))
-    s.commands += [launch_phases.placeholders(shell(["hyperfine", "-N", "--runs", "10", "--warmup", "1",
-                                                     shlex.join(argv)])) + f"  # {name}"
-                   for name, argv in cmds.items()]
+    hyperfine = ["hyperfine", "-N", "--runs", "10", "--warmup", "1"]
+    s.commands += [launch_phases.placeholders(shell([*hyperfine, shlex.join(argv)])).replace(ctx.work, "$WORK")
+                   + f"  # {name}" for name, argv in cmds.items()]
 
 
 def bound_ranks(ctx, s):

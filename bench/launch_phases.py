@@ -16,7 +16,7 @@ import tempfile
 KEEP = 100  # sgpu's default --keep-runs
 
 
-def variants(sgpu, ext4, shm):
+def variants(sgpu, ext4, shm, steady_runs):
     launch = [sgpu, "launch", "--nproc"]
     return {
         "true": ["/bin/true"],
@@ -26,7 +26,7 @@ def variants(sgpu, ext4, shm):
         "tmpfs1": [*launch, "1", "--keep-runs", "0", "--log-dir", os.path.join(shm, "a"), "--no-python", "/bin/true"],
         "tmpfs8": [*launch, "8", "--keep-runs", "0", "--log-dir", os.path.join(shm, "b"), "--no-python", "/bin/true"],
         "disk8": [*launch, "8", "--keep-runs", "0", "--log-dir", os.path.join(ext4, "c"), "--no-python", "/bin/true"],
-        "steady8": [*launch, "8", "--log-dir", os.path.join(ext4, "steady"), "--no-python", "/bin/true"],
+        "steady8": [*launch, "8", "--log-dir", steady_runs, "--no-python", "/bin/true"],
     }
 
 
@@ -35,17 +35,19 @@ def placeholders(command):
     return re.sub(r"/tmp/sgpu-phases-\w+", "$DISK", re.sub(r"/dev/shm/sgpu-phases-\w+", "$SHM", command))
 
 
-def measure(sgpu, root, env, rounds=4, log=lambda _: None):
-    """Medians in ms per variant: {name: ms}, and the commands, {name: argv}."""
+def measure(sgpu, root, env, rounds=4, log=lambda _: None, steady_runs=None):
+    """Medians in ms per variant: {name: ms}, and the commands, {name: argv}. `steady_runs`: a runs directory
+    already holding KEEP runs (the launch section's); None: one is made here and filled."""
     ext4 = tempfile.mkdtemp(prefix="sgpu-phases-")
     shm = tempfile.mkdtemp(prefix="sgpu-phases-", dir="/dev/shm") if os.path.isdir("/dev/shm") else ext4
-    cmds = variants(sgpu, ext4, shm)
+    fill = steady_runs is None
+    cmds = variants(sgpu, ext4, shm, os.path.join(ext4, "steady") if fill else steady_runs)
     env = dict(env, OMP_NUM_THREADS="1")
     times = {k: [] for k in cmds}
     out = os.path.join(ext4, "hyperfine.json")
     names = list(cmds)
     try:
-        for _ in range(KEEP):
+        for _ in range(KEEP if fill else 0):
             subprocess.run(cmds["steady8"], env=env, cwd=root, capture_output=True, check=True)
         for r in range(rounds):
             for k in names[r % len(names):] + names[:r % len(names)]:
