@@ -57,6 +57,8 @@ const char* type_name(MessageType type) {
       return "Inspect";
     case MessageType::Inspection:
       return "Inspection";
+    case MessageType::NodeSamples:
+      return "NodeSamples";
   }
   return "unknown";
 }

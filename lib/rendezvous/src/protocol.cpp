@@ -18,7 +18,7 @@ constexpr MessageType kTypeOfIndex[] = {
     MessageType::RankFile,    MessageType::RankExited,  MessageType::NodeTeardown,
     MessageType::NodeDone,    MessageType::Signal,      MessageType::Finish,
     MessageType::Restart,     MessageType::Inspection,  MessageType::Inspect,
-    MessageType::Probe,       MessageType::ProbeResult,
+    MessageType::Probe,       MessageType::ProbeResult, MessageType::NodeSamples,
 };
 static_assert(std::size(kTypeOfIndex) == std::variant_size_v<Message>);
 
@@ -223,6 +223,7 @@ void put(WireWriter& w, const Inspection& m) {
   w.u64(m.progress_age_ms);
   w.bytes(m.stacks);
 }
+void put(WireWriter& w, const NodeSamples& m) { w.bytes(m.json); }
 void put(WireWriter& w, const Restart& m) {
   w.u32(m.attempt);
   w.bytes(m.master_addr);
@@ -426,6 +427,11 @@ Message get(MessageType type, WireReader& r) {
       m.stacks = r.bytes(kMaxStacksBytes, "stacks");
       return m;
     }
+    case MessageType::NodeSamples: {
+      NodeSamples m;
+      m.json = r.bytes(kMaxSamplesBytes, "samples");
+      return m;
+    }
     case MessageType::Restart: {
       Restart m;
       m.attempt = r.u32();
@@ -437,7 +443,7 @@ Message get(MessageType type, WireReader& r) {
   throw ProtocolError(fmt::format("unknown message type {}", static_cast<int>(type)));
 }
 
-bool known_type(std::uint8_t t) { return (t >= 1 && t <= 14) || (t >= 20 && t <= 27) || (t >= 30 && t <= 33); }
+bool known_type(std::uint8_t t) { return (t >= 1 && t <= 14) || (t >= 20 && t <= 28) || (t >= 30 && t <= 33); }
 
 }  // namespace
 

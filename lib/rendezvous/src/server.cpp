@@ -342,6 +342,7 @@ void RendezvousServer::Impl::on_running(Peer& p, Message&& m) {
     case MessageType::NodeDone:
     case MessageType::Abort:
     case MessageType::Inspection:
+    case MessageType::NodeSamples:
       handler.on_node_message(p.node_rank, std::move(m));
       return;
     default:

@@ -45,7 +45,7 @@
 namespace sgpu::rendezvous {
 
 inline constexpr std::uint16_t kProtocolVersion =
-    6;  // 4: Inspect, Inspection; 5: Probe, ProbeResult; 6: Join's network
+    7;  // 4: Inspect, Inspection; 5: Probe, ProbeResult; 6: Join's network; 7: NodeSamples
 inline constexpr std::string_view kMagic = "SGPURDZV";
 inline constexpr std::size_t kFrameHeaderSize = 5;
 inline constexpr std::uint32_t kMaxHelloPayload = 1024;
@@ -90,6 +90,7 @@ enum class MessageType : std::uint8_t {
   NodeTeardown = 25,
   NodeDone = 26,
   Inspection = 27,
+  NodeSamples = 28,
   Signal = 30,
   Finish = 31,
   Restart = 32,
@@ -330,9 +331,18 @@ struct Inspection {
   bool operator==(const Inspection&) const = default;
 };
 
-using Message = std::variant<ClientHello, ServerHello, Auth, Reject, Welcome, Join, Assign, Ready, Start, Abort,
-                             Heartbeat, PreflightId, RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited,
-                             NodeTeardown, NodeDone, Signal, Finish, Restart, Inspection, Inspect, Probe, ProbeResult>;
+// --sample-every: a node's sample of its ranks and GPUs (lib/launcher's
+// JSON, opaque here), sent as its sampler takes it.
+inline constexpr std::size_t kMaxSamplesBytes = kMaxPayload - 4096;
+struct NodeSamples {
+  std::string json;
+  bool operator==(const NodeSamples&) const = default;
+};
+
+using Message =
+    std::variant<ClientHello, ServerHello, Auth, Reject, Welcome, Join, Assign, Ready, Start, Abort, Heartbeat,
+                 PreflightId, RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited, NodeTeardown, NodeDone,
+                 Signal, Finish, Restart, Inspection, Inspect, Probe, ProbeResult, NodeSamples>;
 
 MessageType type_of(const Message& message);
 const char* type_name(MessageType type);
