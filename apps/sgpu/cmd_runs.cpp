@@ -140,6 +140,23 @@ Command add_runs(CLI::App& app) {
   };
 }
 
+// Each rank's newest sample (null: none) and whether it was named a straggler.
+void with_samples(ordered_json& ranks, const ordered_json& samples) {
+  for (auto& r : ranks) {
+    auto key = std::to_string(r["rank"].get<int>());
+    r["sample"] = samples["ranks"].contains(key) ? samples["ranks"][key] : ordered_json(nullptr);
+    bool straggler = false;
+    for (const auto& s : samples["stragglers"]) straggler = straggler || s == r["rank"];
+    r["straggler"] = straggler;
+  }
+}
+
+// "12.5", "-" for a null or missing field of a sample.
+std::string sample_field(const ordered_json& sample, const char* key, const char* format) {
+  if (!sample.is_object() || !sample.contains(key) || !sample[key].is_number()) return "-";
+  return fmt::format(fmt::runtime(format), sample[key].get<double>());
+}
+
 std::string status_text(const RunInfo& run, const ordered_json& ranks) {
   auto j = launcher::run_json(run);
   std::string out = fmt::format("run {}: {}", run.id, j["state"].get<std::string>());
@@ -155,16 +172,29 @@ std::string status_text(const RunInfo& run, const ordered_json& ranks) {
     out += fmt::format("  key:        {}\n", j["idempotency_key"].get<std::string>());
   out += fmt::format("  started:    {} UTC on {} (sgpu pid {})\n  run dir:    {}\n", start_time(j),
                      j["host"].is_string() ? j["host"].get<std::string>() : "?", j["sgpu_pid"].dump(), run.dir);
+  bool sampled = false;
+  for (const auto& r : ranks) sampled = sampled || r.value("sample", ordered_json()).is_object();
   out +=
-      fmt::format("  {:>4}  {:<12}  {:>8}  {:<18}  {:>7}  {:>9}\n", "rank", "host", "pid", "state", "exit", "duration");
+      fmt::format("  {:>4}  {:<12}  {:>8}  {:<18}  {:>7}  {:>9}", "rank", "host", "pid", "state", "exit", "duration");
+  out += sampled ? fmt::format("  {:>6}  {:>8}  {:>8}  {:>7}\n", "cpu%", "rss MiB", "step", "steps/s") : "\n";
   for (const auto& r : ranks) {
     std::string exit = r["exit_code"].is_number() ? std::to_string(r["exit_code"].get<int>())
                        : r["signal"].is_string()  ? r["signal"].get<std::string>()
                                                   : "-";
-    out += fmt::format("  {:>4}  {:<12}  {:>8}  {:<18}  {:>7}  {:>9}\n", r["rank"].get<int>(),
+    out += fmt::format("  {:>4}  {:<12}  {:>8}  {:<18}  {:>7}  {:>9}", r["rank"].get<int>(),
                        r["host"].is_string() ? r["host"].get<std::string>() : "",
                        r["pid"].is_number() ? std::to_string(r["pid"].get<int>()) : "-", r["state"].get<std::string>(),
                        exit, r["duration_s"].is_number() ? short_duration(r["duration_s"].get<double>()) : "-");
+    if (sampled) {
+      const auto& s = r["sample"];
+      std::string rss = s.is_object() && s.contains("rss_bytes") && s["rss_bytes"].is_number()
+                            ? fmt::format("{:.0f}", s["rss_bytes"].get<double>() / (1 << 20))
+                            : "-";
+      out += fmt::format("  {:>6}  {:>8}  {:>8}  {:>7}{}", sample_field(s, "cpu_percent", "{:.0f}"), rss,
+                         sample_field(s, "step", "{:.0f}"), sample_field(s, "step_rate", "{:.2f}"),
+                         r.value("straggler", false) ? "  straggler" : "");
+    }
+    out += "\n";
   }
   return out;
 }
@@ -180,9 +210,12 @@ Command add_status(CLI::App& app) {
   return [f](const DashTail&) {
     auto run = launcher::find_run(f->root(), f->run);
     auto ranks = launcher::rank_table(run);
+    with_samples(ranks, launcher::newest_samples(run));
     if (f->json()) {
       auto doc = launcher::run_json(run);
       doc["ranks"] = ranks;
+      doc["gpus"] = ordered_json::array();
+      for (const auto& [key, gpu] : launcher::newest_samples(run)["gpus"].items()) doc["gpus"].push_back(gpu);
       print_json(doc);
     } else {
       launcher::output(status_text(run, ranks));

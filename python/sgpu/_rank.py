@@ -52,17 +52,33 @@ def save_result(obj: Any) -> Optional[str]:
     return path
 
 
-def heartbeat() -> None:
-    """Tells sgpu this rank is making progress (``--hang-timeout``): touches
+def heartbeat(step: "int | None" = None) -> None:
+    """Tells sgpu this rank is making progress: touches
     ``$SGPU_HEARTBEAT_FILE``. For a rank that prints nothing for long (a long
     evaluation, a checkpoint): without output or a heartbeat for the hang
-    timeout, sgpu takes every rank's stack and ends the job as hung. Cheap
-    (one ``utime``); outside a launched job it does nothing."""
+    timeout (``--hang-timeout``), sgpu takes every rank's stack and ends the
+    job as hung. With ``step``, the file also says which step the rank is at:
+    sgpu's samples (``--sample-every``) turn it into the rank's step rate,
+    name the ranks slower than the others (stragglers), and show it in
+    ``sgpu top`` and ``/metrics``. Cheap (an ``open`` and a ``pwrite``);
+    outside a launched job it does nothing."""
     path = os.environ.get("SGPU_HEARTBEAT_FILE")
     if not path:
         return
+    if step is None:
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            with open(path, "a"):
+                pass
+        return
+    # One write of a fixed width at the start: a reader never finds the file
+    # empty or half a number in it, as it could between a truncate and a write.
+    line = f"{int(step):>20}\n".encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        os.utime(path)
-    except FileNotFoundError:
-        with open(path, "a"):
-            pass
+        os.pwrite(fd, line, 0)
+        if os.fstat(fd).st_size > len(line):
+            os.ftruncate(fd, len(line))
+    finally:
+        os.close(fd)

@@ -108,6 +108,28 @@ Ret nvmlDeviceGetCurrentClocksEventReasons(void*, unsigned long long* reasons) {
   *reasons = 0x1;  // idle
   return kOk;
 }
+// Sampling (--sample-every): GPU i is 30+10*i % busy, draws 100+i W of 700 W, runs at 1980 MHz.
+struct Utilization {
+  unsigned gpu, memory;
+};
+Ret nvmlDeviceGetUtilizationRates(void* d, Utilization* u) {
+  u->gpu = static_cast<unsigned>(30 + 10 * index_of(d));
+  u->memory = static_cast<unsigned>(5 + index_of(d));
+  return kOk;
+}
+Ret nvmlDeviceGetPowerUsage(void* d, unsigned* milliwatts) {
+  *milliwatts = static_cast<unsigned>((100 + index_of(d)) * 1000);
+  return kOk;
+}
+Ret nvmlDeviceGetEnforcedPowerLimit(void*, unsigned* milliwatts) {
+  *milliwatts = 700000;
+  return kOk;
+}
+Ret nvmlDeviceGetClockInfo(void*, int clock, unsigned* mhz) {
+  if (clock != 1) return kNotSupported;  // NVML_CLOCK_SM only
+  *mhz = 1980;
+  return kOk;
+}
 Ret nvmlDeviceGetTemperature(void*, int, unsigned* t) {
   *t = 35;
   return kOk;

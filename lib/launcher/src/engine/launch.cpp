@@ -159,8 +159,10 @@ class Engine final : public JobHost {
     stacks_taker_ = std::move(taker);
     if (stacks_taker_)
       open_control();
-    else
+    else {
       control_.reset();  // on the loop: nothing keeps it running once the job is over
+      if (outputs_) outputs_->job_over();
+    }
   }
 
  private:

@@ -22,6 +22,7 @@
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/job/job_wire.hpp"
+#include "sgpu/launcher/metrics/sampler.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
@@ -77,6 +78,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   std::map<int, env::RankFiles> files;
   std::unique_ptr<Supervisor> supervisor;
   std::unique_ptr<preflight::NodePreflight> preflight;  // --preflight, between Assign and Start
+  std::unique_ptr<metrics::Sampler> sampler;            // --sample-every: while this node's ranks run
   bool ranks_finished = false;
   // The signals that would end this process (SIGINT, SIGTERM, SIGHUP,
   // SIGUSR1/2), held from its ranks' first start to its end: the
@@ -305,6 +307,22 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     supervisor = std::make_unique<Supervisor>(io, *this, supervision);
     supervising = true;
     supervisor->start(rank_launches(plan), [this](const JobOutcome&) { on_ranks_finished(); });
+    start_sampling();
+  }
+
+  // --sample-every: this node's ranks and GPUs, each sample sent to the launcher as it is taken.
+  void start_sampling() {
+    auto every = spec.sample_every.limit();
+    if (!every) return;
+    sampler = std::make_unique<metrics::Sampler>(
+        io,
+        metrics::SamplerOptions{*every, static_cast<int>(assign.node_rank), options.node_name,
+                                metrics::sampled_gpus(plan)},
+        [this] { return supervisor ? supervisor->running_ranks() : std::vector<RunningRank>{}; },
+        [this](const NodeSample& sample) {
+          if (!done) client.send(rdzv::NodeSamples{encode_samples(sample)});
+        });
+    sampler->start();
   }
 
   void hold_signals() {
@@ -410,6 +428,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
 
   void on_ranks_finished() {
     ranks_finished = true;
+    if (sampler) sampler->stop();
     if (lost) {
       finish(*lost);
       return;
@@ -433,6 +452,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     if (done) return;
     done = true;
     preflight.reset();  // a rendezvous that ended during the preflight: its workers go
+    if (sampler) sampler->stop();
     master_port.reset();
     next_port.reset();
     boost::system::error_code ignored;

@@ -292,6 +292,10 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   void handle(std::uint32_t node, rdzv::Abort& m) { lose(node, m.message, std::nullopt); }
 
   void handle(std::uint32_t node, rdzv::Inspection& m) { inquiries.on_answer(node, m); }
+  // --sample-every: a node's sample, to the launcher's observers (metrics.jsonl, stragglers, /metrics).
+  void handle(std::uint32_t /*node*/, rdzv::NodeSamples& m) {
+    if (auto sample = decode_samples(m.json); sample && observer) observer->on_sample(*sample);
+  }
 
   // The nodes whose ranks still run: what a question about progress or
   // stacks goes to.

@@ -56,7 +56,8 @@ std::string encode_job(const JobDescription& job) {
   j["timeout"] = s.timeout.text();
   j["grace"] = s.grace.text();
   j["hang_timeout"] = s.hang_timeout.text();
-  j["stop_signal"] = s.stop_signal;  // each agent stops its own ranks with it
+  j["sample_every"] = s.sample_every.text();  // each agent samples its own ranks and GPUs
+  j["stop_signal"] = s.stop_signal;           // each agent stops its own ranks with it
   j["signal_before"] = s.signal_before ? json(env::format_signal_before(*s.signal_before)) : json();
   j["log_dir"] = s.log_dir;
   j["env"] = s.env;
@@ -107,6 +108,7 @@ JobDescription decode_job(std::string_view text) {
     take(j, "timeout", s.timeout);
     take(j, "grace", s.grace);
     take(j, "hang_timeout", s.hang_timeout);
+    take(j, "sample_every", s.sample_every);
     take(j, "stop_signal", s.stop_signal);
     std::string signal_before;
     take(j, "signal_before", signal_before);
@@ -130,6 +132,95 @@ JobDescription decode_job(std::string_view text) {
     throw Error(fmt::format("the launcher sent a job this agent cannot read: {}", e.what()), 1);
   }
   return job;
+}
+
+namespace {
+template <class T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json();
+}
+}  // namespace
+
+std::string encode_samples(const NodeSample& sample) {
+  json j;
+  j["time_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(sample.time.time_since_epoch()).count();
+  j["node"] = sample.node;
+  j["host"] = sample.host;
+  j["ranks"] = json::array();
+  for (const auto& r : sample.ranks)
+    j["ranks"].push_back({{"rank", r.rank},
+                          {"pid", r.pid},
+                          {"cpu_percent", opt(r.cpu_percent)},
+                          {"rss_bytes", r.rss_bytes},
+                          {"threads", r.threads},
+                          {"state", std::string(1, r.state)},
+                          {"step", opt(r.step)},
+                          {"step_rate", opt(r.step_rate)},
+                          {"progress_age_s", opt(r.progress_age_s)}});
+  j["gpus"] = json::array();
+  for (const auto& g : sample.gpus)
+    j["gpus"].push_back({{"index", g.index},
+                         {"uuid", g.uuid},
+                         {"utilization_percent", opt(g.utilization_percent)},
+                         {"memory_utilization_percent", opt(g.memory_utilization_percent)},
+                         {"memory_used_bytes", opt(g.memory_used_bytes)},
+                         {"memory_total_bytes", opt(g.memory_total_bytes)},
+                         {"power_watts", opt(g.power_watts)},
+                         {"power_limit_watts", opt(g.power_limit_watts)},
+                         {"temperature_c", opt(g.temperature_c)},
+                         {"sm_clock_mhz", opt(g.sm_clock_mhz)},
+                         {"throttle_reasons", opt(g.throttle_reasons)},
+                         {"ranks_memory_bytes", opt(g.ranks_memory_bytes)},
+                         {"ranks", g.ranks}});
+  return j.dump();
+}
+
+std::optional<NodeSample> decode_samples(std::string_view text) {
+  try {
+    auto j = json::parse(text);
+    NodeSample s;
+    long long ms = 0;
+    take(j, "time_ms", ms);
+    using SystemClock = std::chrono::system_clock;
+    s.time = SystemClock::time_point(std::chrono::duration_cast<SystemClock::duration>(std::chrono::milliseconds(ms)));
+    take(j, "node", s.node);
+    take(j, "host", s.host);
+    for (const auto& r : j.at("ranks")) {
+      RankSample rs;
+      take(r, "rank", rs.rank);
+      take(r, "pid", rs.pid);
+      take(r, "cpu_percent", rs.cpu_percent);
+      take(r, "rss_bytes", rs.rss_bytes);
+      take(r, "threads", rs.threads);
+      std::string state = "?";
+      take(r, "state", state);
+      rs.state = state.empty() ? '?' : state[0];
+      take(r, "step", rs.step);
+      take(r, "step_rate", rs.step_rate);
+      take(r, "progress_age_s", rs.progress_age_s);
+      s.ranks.push_back(rs);
+    }
+    for (const auto& g : j.at("gpus")) {
+      GpuSample gs;
+      take(g, "index", gs.index);
+      take(g, "uuid", gs.uuid);
+      take(g, "utilization_percent", gs.utilization_percent);
+      take(g, "memory_utilization_percent", gs.memory_utilization_percent);
+      take(g, "memory_used_bytes", gs.memory_used_bytes);
+      take(g, "memory_total_bytes", gs.memory_total_bytes);
+      take(g, "power_watts", gs.power_watts);
+      take(g, "power_limit_watts", gs.power_limit_watts);
+      take(g, "temperature_c", gs.temperature_c);
+      take(g, "sm_clock_mhz", gs.sm_clock_mhz);
+      take(g, "throttle_reasons", gs.throttle_reasons);
+      take(g, "ranks_memory_bytes", gs.ranks_memory_bytes);
+      take(g, "ranks", gs.ranks);
+      s.gpus.push_back(std::move(gs));
+    }
+    return s;
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace sgpu::launcher

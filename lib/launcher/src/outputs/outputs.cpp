@@ -23,6 +23,8 @@
 #include "sgpu/launcher/outputs/console_sink.hpp"
 #include "sgpu/launcher/outputs/error_file.hpp"
 #include "sgpu/launcher/outputs/fanout.hpp"
+#include "sgpu/launcher/outputs/metrics_record.hpp"
+#include "sgpu/launcher/outputs/metrics_server.hpp"
 #include "sgpu/launcher/outputs/report.hpp"
 #include "sgpu/launcher/outputs/run_dir_watch.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
@@ -95,6 +97,9 @@ struct JobOutputs::Impl {
   std::optional<TrackingLink> tracking;
   std::optional<RunDirDeletedWatch> dir_watch;
   SignalBeforeRecord signal_before;
+  // --sample-every's samples (metrics.jsonl, stragglers) and --metrics-port.
+  std::optional<MetricsRecorder> metrics;
+  std::optional<MetricsServer> metrics_server;
 
   static std::vector<std::string> rank_hosts(const LaunchPlan& p) {
     std::vector<std::string> hosts;
@@ -166,6 +171,16 @@ struct JobOutputs::Impl {
     fanout.add(run_log);
     fanout.add(console);
     fanout.add(signal_before);
+    if (job.sample_every.limit() || job.metrics_port) {
+      metrics.emplace(
+          plan.run_dir, plan.run_id, host, rank_hosts(p), job.straggler_factor,
+          [this](const std::string& warning) { sink.write(Stream::Err, fmt::format("sgpu: warning: {}\n", warning)); },
+          [this](const nlohmann::ordered_json& event) { run_log.append_event(event); });
+      fanout.add(*metrics);
+    }
+    if (job.metrics_port)
+      metrics_server.emplace(io, job.metrics_addr, *job.metrics_port,
+                             [this] { return prometheus_text(metrics->state(), Clock::now()); });
     if (sink.has_status()) {
       status.emplace(io, sink, static_cast<int>(plan.ranks.size()), plan.timeout);
       if (!plan.routes.empty()) status->set_network_check(slowest_connect_ms(plan.routes));
@@ -414,6 +429,10 @@ JobObserver& JobOutputs::observer() { return impl_->fanout; }
 
 void JobOutputs::add_observer(JobObserver& other) { impl_->fanout.add(other); }
 
+void JobOutputs::job_over() {
+  if (impl_->metrics_server) impl_->metrics_server->close();
+}
+
 void JobOutputs::set_tracking(TrackingLink link, const env::Environment& env) {
   auto& s = *impl_;
   s.tracking = std::move(link);
@@ -426,6 +445,7 @@ void JobOutputs::set_tracking(TrackingLink link, const env::Environment& env) {
 
 void JobOutputs::not_started(int exit_code) {
   auto& s = *impl_;
+  job_over();
   s.sink.clear_status();
   auto state = exit_code == kExitTimeout ? RunState::TimedOut
                : exit_code == 128 + SIGINT || exit_code == 128 + SIGTERM || exit_code == 128 + SIGHUP
@@ -443,6 +463,7 @@ void JobOutputs::not_started(int exit_code) {
 
 int JobOutputs::finish(const JobOutcome& outcome) {
   auto& s = *impl_;
+  job_over();
   if (s.dir_watch) s.dir_watch->check_still_there();  // a short run has no watch: deleted under it?
   s.sink.clear_status();
   // A job that completed waits for the reader to take every line, as a plain

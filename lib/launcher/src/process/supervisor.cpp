@@ -165,7 +165,7 @@ struct Supervisor::State : JobControl::Actions {
   std::vector<RunningRank> running_ranks() const {
     std::vector<RunningRank> out;
     for (const auto& r : ranks)
-      if (!r->record.status && r->process) out.push_back({r->record.rank, r->record.pid});
+      if (!r->record.status && r->process) out.push_back({r->record.rank, r->record.pid, r->heartbeat});
     return out;
   }
 

@@ -26,6 +26,7 @@ namespace {
 constexpr std::size_t kStateFileLimit = 64 << 10;
 constexpr std::size_t kSummaryLimit = 64 << 20;
 constexpr std::size_t kEventsLimit = 64 << 20;
+constexpr std::size_t kMetricsTail = 1 << 20;  // metrics.jsonl's end: the newest sample of ~2000 ranks
 
 std::string join(const std::string& dir, const char* name) { return dir + "/" + name; }
 
@@ -272,6 +273,38 @@ nlohmann::ordered_json rank_table(const RunInfo& run) {
     }
   }
   return ranks;
+}
+
+nlohmann::ordered_json newest_samples(const RunInfo& run) {
+  nlohmann::ordered_json out = {{"ranks", nlohmann::ordered_json::object()},
+                                {"gpus", nlohmann::ordered_json::object()},
+                                {"stragglers", nlohmann::ordered_json::array()}};
+  // The end of the file holds every rank's newest line: a sample is a line per rank and GPU.
+  auto text = read_file(join(run.dir, kRunMetricsFile), kMetricsTail, true);
+  if (text) {
+    std::string_view rest(*text);
+    if (text->size() >= kMetricsTail) rest.remove_prefix(std::min(rest.size(), rest.find('\n') + 1));  // cut line
+    while (!rest.empty()) {
+      auto end = rest.find('\n');
+      if (end == std::string_view::npos) break;  // a line being written
+      auto line = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, false);
+      rest.remove_prefix(end + 1);
+      if (!line.is_object()) continue;
+      if (line.contains("rank") && line["rank"].is_number_integer())
+        out["ranks"][std::to_string(line["rank"].get<int>())] = line;
+      else if (line.contains("gpu") && line["gpu"].is_number_integer())
+        out["gpus"][fmt::format("{}/{}", line.value("host", ""), line["gpu"].get<int>())] = line;
+    }
+  }
+  if (auto events = read_file(join(run.dir, "events.jsonl"), kEventsLimit)) {
+    for (std::size_t start = 0, end = 0; (end = events->find('\n', start)) != std::string::npos; start = end + 1) {
+      auto line = std::string_view(*events).substr(start, end - start);
+      if (line.find("\"straggler\"") == std::string_view::npos) continue;
+      auto ev = json::parse(line, nullptr, false);
+      if (ev.is_object() && ev.value("event", "") == "straggler") out["stragglers"].push_back(ev.value("rank", -1));
+    }
+  }
+  return out;
 }
 
 PruneOutcome prune_runs(const std::string& root, const PruneRule& rule, bool dry_run) {

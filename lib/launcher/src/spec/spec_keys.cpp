@@ -2,6 +2,8 @@
 // its table's rows (backends/*/..._keys.cpp). To add a launch option: a
 // field in JobSpec, a row here (its flag is registered from the row), and a
 // README line.
+#include <charconv>
+
 #include <fmt/format.h>
 
 #include "sgpu/env/error.hpp"
@@ -62,6 +64,34 @@ void set_idempotency_key(JobSpec& s, const S& v) {
   if (auto problem = env::idempotency_key_problem(as_string(v)); !problem.empty())
     throw Error(fmt::format("{}: {}", v.where(), problem));
   s.idempotency_key = as_string(v);
+}
+
+// "off" is the word users try first for a sampler; "none" is every other duration's.
+void set_sample_every(JobSpec& s, const S& v) {
+  auto text = as_string(v);
+  env::Duration every(text == "off" ? "none" : text, v.subject());
+  if (every.limit() && every.limit()->count() < 0.1)
+    throw Error(
+        fmt::format("{}: '{}' is shorter than 100ms, which would cost the ranks' node more than it tells; give "
+                    "100ms or more (10s is the default), or off",
+                    v.where(), text));
+  s.sample_every = every;
+}
+
+void set_straggler_factor(JobSpec& s, const S& v) {
+  const auto& text = as_string(v);
+  if (text == "off" || text == "none") {
+    s.straggler_factor = 0;
+    return;
+  }
+  double f = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), f);
+  if (ec != std::errc() || end != text.data() + text.size() || !(f > 1) || f > 1000)
+    throw Error(
+        fmt::format("{}: '{}' is not a factor above 1 (e.g. 1.5: a rank at two thirds of the others' "
+                    "median step rate; off: no straggler warnings)",
+                    v.where(), text));
+  s.straggler_factor = f;
 }
 
 std::vector<KeyInfo> make_keys() {
@@ -216,6 +246,28 @@ std::vector<KeyInfo> make_keys() {
        .help = "the signal a stopped rank gets first, its process alone; its whole group gets SIGKILL after the "
                "grace (default TERM)",
        .apply = [](JobSpec& s, const S& v) { s.stop_signal = env::parse_signal(as_string(v), v.subject()); }},
+      // [monitor]
+      {.path = "monitor.sample_every",
+       .flags = "--sample-every",
+       .help = "how often each node samples its ranks (CPU, memory, step rate) and GPUs (NVML) into metrics.jsonl: "
+               "10s (default), 1s, off",
+       .apply = set_sample_every},
+      {.path = "monitor.straggler_factor",
+       .flags = "--straggler-factor",
+       .help = "warn once of a rank whose heartbeat step rate is this many times below the other ranks' median in "
+               "two samples in a row: 1.5 (default), off",
+       .apply = set_straggler_factor},
+      {.path = "monitor.metrics_port",
+       .kind = K::Int,
+       .flags = "--metrics-port",
+       .help = "serve the job's samples, state and progress in Prometheus' text format on this port (/metrics)",
+       .min = 1,
+       .max = 65535,
+       .apply = [](JobSpec& s, const S& v) { s.metrics_port = to_int(v); }},
+      {.path = "monitor.metrics_addr",
+       .flags = "--metrics-addr",
+       .help = "the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0: every interface)",
+       .apply = [](JobSpec& s, const S& v) { s.metrics_addr = as_string(v); }},
       // [output]
       {.path = "output.format",
        .kind = K::Choice,

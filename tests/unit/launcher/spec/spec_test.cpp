@@ -44,7 +44,7 @@ TEST_CASE("spec: every kind of error names file:line:col and what is valid") {
       {"[job]\ngpus = 8\n", "job.toml:2:1: unknown key 'job.gpus'; did you mean 'resources.gpus'?"},
       {"gpus = 8\n",
        "job.toml:1:1: unknown key 'gpus'; did you mean 'resources.gpus'? Valid tables: [job], "
-       "[resources], [env], [timeouts], [output], [rendezvous], [preflight], [mlflow], [ssh], [slurm]"},
+       "[resources], [env], [timeouts], [monitor], [output], [rendezvous], [preflight], [mlflow], [ssh], [slurm]"},
       {"[resourcse]\ngpus = 8\n", "job.toml:1:2: unknown table [resourcse]; did you mean [resources]?"},
       {"[slurm.pools.reserverd]\nqos = \"x\"\n",
        "unknown table [slurm.pools.reserverd]; did you mean "

@@ -13,6 +13,7 @@
 #include "sgpu/launcher/devices/devices.hpp"
 #include "sgpu/launcher/devices/topology.hpp"
 #include "sgpu/launcher/io/print.hpp"
+#include "sgpu/launcher/metrics/sampler.hpp"
 #include "sgpu/launcher/outputs/outputs.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
@@ -141,7 +142,20 @@ class LocalBackend : public Backend {
     say_plan_notes(plan_, ranks_);
     auto& io = *ctx.io;
     auto& observer = host.observe(io, plan_);
-    Supervisor supervisor(io, observer, supervision(ctx, host));
+    // --sample-every: this node's ranks and GPUs, on the supervisor's loop, until the job is over.
+    std::optional<metrics::Sampler> sampler;
+    auto options = supervision(ctx, host);
+    options.on_end = [&sampler, end = std::move(options.on_end)] {
+      if (sampler) sampler->stop();
+      end();
+    };
+    Supervisor supervisor(io, observer, std::move(options));
+    if (auto every = ctx.spec.sample_every.limit())
+      sampler.emplace(
+          io, metrics::SamplerOptions{*every, 0, "", metrics::sampled_gpus(plan_)},
+          [&supervisor] { return supervisor.running_ranks(); },
+          [&observer](const NodeSample& sample) { observer.on_sample(sample); });
+    if (sampler) sampler->start();
     // What the engine asked for (MLflow's run) went on beside the outputs and
     // the supervisor being made ready; the ranks wait for it, and only they.
     for (const auto& [name, value] : host.ranks_env()) {

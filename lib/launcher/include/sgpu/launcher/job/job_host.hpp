@@ -37,8 +37,9 @@ class JobHost {
   // --timeout, while waiting): nothing started.
   virtual env::Environment ranks_env() = 0;
   // How to take every rank's stack (`sgpu stacks`), once the job is placed;
-  // nullptr once it is over, on the loop (what the engine holds open for it
-  // closes before the run returns).
+  // nullptr once it is over, on the loop (what the engine holds open for it,
+  // the control socket and --metrics-port's server, closes before the run
+  // returns).
   virtual void offer_stacks(StacksTaker taker) = 0;
 };
 

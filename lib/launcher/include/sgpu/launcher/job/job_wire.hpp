@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "sgpu/launcher/process/samples.hpp"
 #include "sgpu/launcher/spec/spec.hpp"
 
 namespace sgpu::launcher {
@@ -27,5 +28,11 @@ std::string encode_job(const JobDescription& job);
 
 // Throws sgpu::Error when the text is not a job description.
 JobDescription decode_job(std::string_view text);
+
+// A node's sample as its agent sends it (the rendezvous's NodeSamples);
+// decode_samples gives nullopt for text that is not one (an agent's bug: the
+// launcher drops it, the job goes on).
+std::string encode_samples(const NodeSample& sample);
+std::optional<NodeSample> decode_samples(std::string_view text);
 
 }  // namespace sgpu::launcher

@@ -36,6 +36,9 @@ class FanOut : public JobObserver {
   void on_attempt_started(int attempt) override {
     for (auto* o : observers_) o->on_attempt_started(attempt);
   }
+  void on_sample(const NodeSample& sample) override {
+    for (auto* o : observers_) o->on_sample(sample);
+  }
   std::vector<std::shared_ptr<OutputFlow>> output_flows() override {
     std::vector<std::shared_ptr<OutputFlow>> flows;
     for (auto* o : observers_)

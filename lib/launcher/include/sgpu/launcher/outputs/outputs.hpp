@@ -37,6 +37,10 @@ class JobOutputs {
   // One more observer of the job, after the logs and the console (it must
   // outlive this object's use by the job).
   void add_observer(JobObserver& other);
+  // The job is over (every rank reaped, no restart to come): what it holds
+  // open for the running job (--metrics-port's server) closes, so nothing
+  // keeps the loop running.
+  void job_over();
   // The MLflow run the launch is tracked as: in the report and the summary.
   // `env`, the variables it gives every rank, joins spec.json's when the run
   // came after the outputs were made (on one node it is awaited beside them).

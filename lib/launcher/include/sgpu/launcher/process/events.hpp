@@ -12,6 +12,7 @@
 #include "sgpu/env/exit_code.hpp"
 #include "sgpu/env/stop_signal.hpp"
 #include "sgpu/launcher/process/output_flow.hpp"
+#include "sgpu/launcher/process/samples.hpp"
 
 namespace sgpu::launcher {
 
@@ -57,6 +58,9 @@ class JobObserver {
   virtual void on_signal_before(const env::SignalBefore& /*signal*/, Clock::time_point /*deadline*/, bool /*sent*/) {}
   // Attempt `attempt` (> 0) starts its ranks now; rank events that follow are its.
   virtual void on_attempt_started(int /*attempt*/) {}
+  // --sample-every: one node's ranks and GPUs as its sampler saw them now
+  // (on one node, this node's; in a multi-node run, each node's as it arrives).
+  virtual void on_sample(const NodeSample& /*sample*/) {}
   // The flows an observer pauses when it cannot take output now (the console
   // with a lagging reader, the run log with a lagging disk); none: it never
   // does. Output is read while all are open. Shared: the supervisor may

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -28,6 +29,7 @@ namespace sgpu::launcher {
 struct RunningRank {
   int rank = 0;
   int pid = 0;
+  std::string heartbeat{};  // its $SGPU_HEARTBEAT_FILE, if it has one
 };
 
 struct SupervisorOptions {

@@ -61,6 +61,12 @@ std::optional<double> run_duration_s(const RunInfo& run);
 // else from events.jsonl (rank_started, rank_exited).
 nlohmann::ordered_json rank_table(const RunInfo& run);
 
+// The newest samples of a run (--sample-every), from the end of its
+// metrics.jsonl: "ranks" (rank -> its newest line), "gpus" (its newest line
+// per node and GPU), and "stragglers" (the ranks its events named). Empty
+// objects and array when the run was not sampled.
+nlohmann::ordered_json newest_samples(const RunInfo& run);
+
 struct PruneOutcome {
   std::vector<std::string> removed;  // ids, newest first
   std::vector<std::string> errors;   // "<dir>: <why>"

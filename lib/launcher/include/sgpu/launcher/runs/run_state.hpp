@@ -72,8 +72,9 @@ std::optional<std::chrono::system_clock::time_point> parse_iso_time(std::string_
 
 namespace sgpu::launcher {
 // The run directory's management files (README "Run directory").
-inline constexpr const char* kRunStateFile = "state.json";     // written atomically: start and end
-inline constexpr const char* kRunLockFile = "lock";            // flock'd by the supervisor while it lives
-inline constexpr const char* kRunCancelFile = "cancel";        // the first `sgpu cancel` creates it
-inline constexpr const char* kRunConsoleFile = "console.log";  // a detached run's console
+inline constexpr const char* kRunStateFile = "state.json";       // written atomically: start and end
+inline constexpr const char* kRunLockFile = "lock";              // flock'd by the supervisor while it lives
+inline constexpr const char* kRunCancelFile = "cancel";          // the first `sgpu cancel` creates it
+inline constexpr const char* kRunConsoleFile = "console.log";    // a detached run's console
+inline constexpr const char* kRunMetricsFile = "metrics.jsonl";  // the nodes' samples (--sample-every)
 }  // namespace sgpu::launcher

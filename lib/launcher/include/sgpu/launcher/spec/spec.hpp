@@ -119,6 +119,11 @@ struct JobSpec {
   RendezvousSpec rendezvous;
   MlflowSpec mlflow;
   PreflightSpec preflight;
+  // [monitor] (README "Seeing a running job").
+  env::Duration sample_every = "10s";  // --sample-every: each node samples its ranks and GPUs; none: never
+  double straggler_factor = 1.5;       // a rank this much slower than the others' median is a straggler; 0: off
+  std::optional<int> metrics_port;     // --metrics-port: Prometheus' /metrics on the launcher
+  std::string metrics_addr = "127.0.0.1";
 
   // How each key that was set got its value, for messages: key ->
   // "--gpus 4", "job.toml:4:8: resources.gpus = 4", "--set resources.gpus=4".
