@@ -412,8 +412,8 @@ Command add_prune(CLI::App& app) {
 }  // namespace
 
 std::vector<std::pair<std::string, Command>> add_run_commands(CLI::App& app) {
-  std::array<Command (*)(CLI::App&), kRunCommandNames.size()> adders = {add_runs,   add_status, add_logs, add_wait,
-                                                                        add_cancel, add_stacks, add_prune};
+  std::array<Command (*)(CLI::App&), kRunCommandNames.size()> adders = {add_runs,   add_status, add_logs,  add_wait,
+                                                                        add_cancel, add_stacks, add_prune, add_top};
   std::vector<std::pair<std::string, Command>> commands;
   for (std::size_t i = 0; i < adders.size(); ++i) commands.emplace_back(kRunCommandNames[i], adders[i](app));
   return commands;

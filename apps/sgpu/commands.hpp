@@ -26,9 +26,10 @@ Command add_doctor_command(CLI::App& app);
 Command add_completion_command(CLI::App& app);
 // sgpu manual: the sgpu(1) man page, generated from `app` and the README's exit codes.
 Command add_manual_command(CLI::App& app);
-// runs, status, logs, wait, cancel, stacks, prune (cmd_runs.cpp), by name.
-inline constexpr std::array<std::string_view, 7> kRunCommandNames = {"runs",   "status", "logs", "wait",
-                                                                     "cancel", "stacks", "prune"};
+// runs, status, logs, wait, cancel, stacks, prune (cmd_runs.cpp), top (cmd_top.cpp), by name.
+inline constexpr std::array<std::string_view, 8> kRunCommandNames = {"runs",   "status", "logs",  "wait",
+                                                                     "cancel", "stacks", "prune", "top"};
+Command add_top(CLI::App& app);
 std::vector<std::pair<std::string, Command>> add_run_commands(CLI::App& app);
 
 }  // namespace sgpu::app

@@ -215,3 +215,88 @@ def test_samples_of_two_static_nodes_reach_the_launcher_and_a_remote_straggler_i
     warnings = [line for line in e0.splitlines() if "is a straggler" in line]
     assert len(warnings) == 1 and warnings[0].startswith("sgpu: warning: rank 3 (nodeb) is a straggler"), e0
     assert "straggler" not in e1
+
+
+class Tmux:
+    """A terminal for `sgpu top`: its own tmux server, removed after the test."""
+
+    def __init__(self, tmp_path, env):
+        self.socket = str(tmp_path / "tmux.sock")
+        self.env = env
+
+    def __call__(self, *args):
+        return subprocess.run(["tmux", "-S", self.socket, *args], env=self.env, capture_output=True, text=True,
+                              timeout=30)
+
+    def screen(self):
+        return self("capture-pane", "-p", "-t", "top").stdout
+
+    def wait_for(self, predicate, what, timeout=20):
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.screen()
+            if predicate(text):
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"{what}; the screen:\n{text}")
+
+    def alive(self):
+        return self("has-session", "-t", "top").returncode == 0
+
+
+def rows_of(screen):
+    """The rank rows of a top screen, as (rank, straggler, the rest of the line)."""
+    out = []
+    for line in screen.splitlines():
+        parts = line.split()
+        if parts and parts[0].rstrip("*").isdigit():
+            out.append((int(parts[0].rstrip("*")), parts[0].endswith("*"), line))
+    return out
+
+
+def test_top_shows_every_rank_live_sorts_filters_and_quits_leaving_the_job_running(sgpu, tmp_path,
+                                                                                    cancel_detached_runs):
+    env = dict(sgpu.env, SLOW_RANKS="1", STEP_S="0.05", RUN_S="120", PRINT_EVERY="5")
+    res = sgpu.run("launch", "--detach", "--nproc", "3", "--sample-every", "300ms", python_program("steps.py"),
+                   env=env)
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip()
+    tmux = Tmux(tmp_path, dict(sgpu.env, TERM="xterm"))
+    try:
+        started = tmux("new-session", "-d", "-s", "top", "-x", "150", "-y", "20", f"{sgpu.bin} top {run_id}")
+        assert started.returncode == 0, started.stderr
+        screen = tmux.wait_for(lambda s: [r[:2] for r in rows_of(s)] == [(0, False), (1, True), (2, False)]
+                               and all("step" in r[2] for r in rows_of(s)), "three rows, rank 1 marked")
+        assert f"run {run_id} running, 3 ranks, 1 straggler" in screen, screen
+        assert "steps/s" in screen and "last line" in screen, screen
+        # s: the slowest first.
+        tmux("send-keys", "-t", "top", "s")
+        tmux.wait_for(lambda s: [r[0] for r in rows_of(s)][:1] == [1] and "sort: steps/s" in s, "rank 1 first")
+        # / 2 Enter: only the ranks that match.
+        tmux("send-keys", "-t", "top", "/", "2", "Enter")
+        screen = tmux.wait_for(lambda s: [r[0] for r in rows_of(s)] == [2], "only rank 2")
+        assert "(1 of 3 ranks shown" in screen, screen
+        # Esc clears it; x shows the stragglers alone.
+        tmux("send-keys", "-t", "top", "Escape")
+        tmux.wait_for(lambda s: len(rows_of(s)) == 3, "every rank again")
+        tmux("send-keys", "-t", "top", "x")
+        tmux.wait_for(lambda s: [r[0] for r in rows_of(s)] == [1], "the straggler alone")
+        # q: top ends, the job does not.
+        tmux("send-keys", "-t", "top", "q")
+        deadline = time.monotonic() + 10
+        while tmux.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not tmux.alive()
+        assert json.loads(sgpu.run("status", run_id, "-o", "json").stdout)["state"] == "running"
+    finally:
+        tmux("kill-server")
+    # Without a terminal: one snapshot, and the command ends.
+    res = sgpu.run("top", run_id)
+    assert res.returncode == 0, res.stderr
+    rows = rows_of(res.stdout)
+    assert [r[:2] for r in rows] == [(0, False), (1, True), (2, False)], res.stdout
+    assert "\x1b" not in res.stdout
+    assert sgpu.run("cancel", run_id).returncode == 0
+    res = sgpu.run("top")
+    assert res.returncode != 0 and "no run is running" in res.stderr and "sgpu top RUN" in res.stderr, res.stderr

@@ -128,7 +128,7 @@ def test_an_agent_refuses_a_launcher_of_another_version(sgpu, tmp_path):
         conn, _ = server.accept()
         with conn:
             w.read_frame(conn)
-            conn.sendall(w.server_hello(w.nonce(), b"\0" * 32, version=7))
+            conn.sendall(w.server_hello(w.nonce(), b"\0" * 32, version=w.VERSION + 1))
             w.read_until_closed(conn, timeout=10)
 
     t = threading.Thread(target=fake_launcher)
@@ -138,7 +138,7 @@ def test_an_agent_refuses_a_launcher_of_another_version(sgpu, tmp_path):
     t.join()
     server.close()
     assert a.returncode == 2
-    assert f"speaks rendezvous protocol version 7, this agent speaks {w.VERSION}: run the same sgpu version on every node" in err
+    assert f"speaks rendezvous protocol version {w.VERSION + 1}, this agent speaks {w.VERSION}: run the same sgpu version on every node" in err
 
 
 def test_an_agent_refuses_a_launcher_that_does_not_know_the_secret(sgpu, tmp_path):

@@ -9,6 +9,7 @@ rank = int(os.environ["RANK"])
 slow = {int(r) for r in os.environ.get("SLOW_RANKS", "").split(",") if r}
 step_s = float(os.environ.get("STEP_S", "0.05"))
 run_s = float(os.environ.get("RUN_S", "4"))
+print_every = int(os.environ.get("PRINT_EVERY", "0"))  # a "rank R step N" line every N steps
 if os.environ.get("USE_API") == "1":
     import sgpu
 
@@ -25,4 +26,6 @@ while time.monotonic() < end:
     time.sleep(step_s * (2 if rank in slow else 1))
     step += 1
     beat(step)
+    if print_every and step % print_every == 0:
+        print(f"rank {rank} step {step}", flush=True)
 print(f"rank {rank} done at step {step}", flush=True)

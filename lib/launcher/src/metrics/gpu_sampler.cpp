@@ -14,7 +14,7 @@ namespace {
 using Ret = int;  // nvmlReturn_t
 constexpr Ret kOk = 0;
 constexpr Ret kInsufficientSize = 7;
-using Dev = void*;  // nvmlDevice_t
+using Dev = void*;    // nvmlDevice_t
 struct Utilization {  // nvmlUtilization_t
   unsigned gpu, memory;
 };
@@ -27,8 +27,8 @@ struct ProcessInfo {  // nvmlProcessInfo_v2_t (nvmlDeviceGetComputeRunningProces
   unsigned gpu_instance_id, compute_instance_id;
 };
 static_assert(sizeof(ProcessInfo) == 24);
-constexpr int kTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
-constexpr int kClockSm = 1;         // NVML_CLOCK_SM
+constexpr int kTemperatureGpu = 0;                   // NVML_TEMPERATURE_GPU
+constexpr int kClockSm = 1;                          // NVML_CLOCK_SM
 constexpr unsigned long long kNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE in a process's memory
 constexpr unsigned kMaxProcesses = 256;
 

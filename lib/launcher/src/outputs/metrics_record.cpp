@@ -141,9 +141,7 @@ std::string prometheus_text(const MetricsState& s, Clock::time_point now) {
       {{"sgpu_rank_threads", "gauge", "the rank's threads"},
        [](const RankSample& r) { return std::optional<double>(r.threads); }},
       {{"sgpu_rank_step", "gauge", "the newest step the rank's heartbeat named"},
-       [](const RankSample& r) {
-         return r.step ? std::optional<double>(static_cast<double>(*r.step)) : std::nullopt;
-       }},
+       [](const RankSample& r) { return r.step ? std::optional<double>(static_cast<double>(*r.step)) : std::nullopt; }},
       {{"sgpu_rank_step_rate", "gauge", "the rank's steps per second between its last two samples"},
        [](const RankSample& r) { return r.step_rate; }},
       {{"sgpu_rank_heartbeat_age_seconds", "gauge", "seconds since the rank's heartbeat file was touched"},
@@ -191,8 +189,8 @@ std::string prometheus_text(const MetricsState& s, Clock::time_point now) {
 }
 
 MetricsRecorder::MetricsRecorder(const std::string& run_dir, std::string run_id, std::string here,
-                                 std::vector<std::string> rank_hosts,
-                                 double straggler_factor, std::function<void(const std::string&)> warn,
+                                 std::vector<std::string> rank_hosts, double straggler_factor,
+                                 std::function<void(const std::string&)> warn,
                                  std::function<void(const nlohmann::ordered_json&)> event)
     : file_(AppendFile::deferred((std::filesystem::path(run_dir) / kRunMetricsFile).string())),
       factor_(straggler_factor),
@@ -240,8 +238,8 @@ void MetricsRecorder::on_sample(const NodeSample& sample) {
     state_.ranks[r.rank] = r;
     if (r.step_rate) rates.emplace_back(r.rank, *r.step_rate);
     if (r.progress_age_s) {
-      auto touched = sample.time - std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(*r.progress_age_s));
+      auto touched =
+          sample.time - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*r.progress_age_s));
       if (touched > state_.last_progress) state_.last_progress = touched;
     }
   }
@@ -251,9 +249,10 @@ void MetricsRecorder::on_sample(const NodeSample& sample) {
     auto r = static_cast<std::size_t>(s.rank);
     if (r < state_.stragglers.size()) state_.stragglers[r] = true;
     auto host = r < state_.rank_hosts.size() ? state_.rank_hosts[r] : std::string();
-    warn_(fmt::format("rank {}{} is a straggler: {:.2f} steps/s against the other ranks' median {:.2f} (more than "
-                      "{}x slower, two samples in a row)",
-                      s.rank, host.empty() ? "" : fmt::format(" ({})", host), s.rate, s.median, factor_));
+    warn_(
+        fmt::format("rank {}{} is a straggler: {:.2f} steps/s against the other ranks' median {:.2f} (more than "
+                    "{}x slower, two samples in a row)",
+                    s.rank, host.empty() ? "" : fmt::format(" ({})", host), s.rate, s.median, factor_));
     event_({{"event", "straggler"},
             {"rank", s.rank},
             {"host", host},

@@ -71,9 +71,8 @@ struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
       } else {
         response.prepare_payload();
       }
-      http::async_write(socket, response, [self = shared_from_this()](boost::beast::error_code, std::size_t) {
-        self->end();
-      });
+      http::async_write(socket, response,
+                        [self = shared_from_this()](boost::beast::error_code, std::size_t) { self->end(); });
     }
 
     void end() {
@@ -103,17 +102,19 @@ MetricsServer::MetricsServer(asio::io_context& io, const std::string& address, i
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(address, ec);
   if (ec)
-    throw Error(fmt::format("--metrics-addr {}: not an IP address (e.g. 127.0.0.1, the default, or 0.0.0.0 for every "
-                            "interface)",
-                            address));
+    throw Error(
+        fmt::format("--metrics-addr {}: not an IP address (e.g. 127.0.0.1, the default, or 0.0.0.0 for every "
+                    "interface)",
+                    address));
   tcp::endpoint at(addr, static_cast<unsigned short>(port));
   auto& a = impl_->acceptor;
   if (!a.open(at.protocol(), ec) && !a.set_option(asio::socket_base::reuse_address(true), ec) && !a.bind(at, ec))
     a.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
-    throw Error(fmt::format("--metrics-port {}: cannot listen on {}:{}: {} (choose another port, or leave "
-                            "--metrics-port out)",
-                            port, address, port, ec.message()));
+    throw Error(
+        fmt::format("--metrics-port {}: cannot listen on {}:{}: {} (choose another port, or leave "
+                    "--metrics-port out)",
+                    port, address, port, ec.message()));
   impl_->accept();
 }
 

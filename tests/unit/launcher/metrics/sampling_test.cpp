@@ -28,8 +28,7 @@ TEST_CASE("a /proc stat line gives the state, CPU ticks, threads and resident pa
       {"4242 (python3) S 1 1", false, '?', 0, 0, 0},  // cut short
       {"no parentheses here", false, '?', 0, 0, 0},
       {"4242 (python3) SS" + tail, false, '?', 0, 0, 0},  // not one state letter
-      {"4242 (python3) R 1 1 1 0 -1 4194560 100 0 0 0 x 50 0 0 20 0 7 0 1234 123456789 4321 0", false, '?', 0, 0,
-       0},
+      {"4242 (python3) R 1 1 1 0 -1 4194560 100 0 0 0 x 50 0 0 20 0 7 0 1234 123456789 4321 0", false, '?', 0, 0, 0},
   };
   for (const auto& row : rows) {
     CAPTURE(row.text);
@@ -50,15 +49,15 @@ TEST_CASE("a heartbeat file's step is its last whole line that is a number") {
     std::optional<std::int64_t> step;
   };
   std::vector<Row> rows = {
-      {"", true, std::nullopt},                            // only touched
-      {"                1200\n", true, 1200},              // sgpu.heartbeat(step=1200)
-      {"1200", true, 1200},                                // printf 1200 > file: the whole file
-      {"1\n2\n3\n", true, 3},                              // echo $step >> file
-      {"1\n2\n3\n4", true, 3},                             // the 4 is being written
-      {"7\n\n\n", true, 7},                                // blank lines after it
-      {"step 5\n", true, std::nullopt},                    // not a number: no step rather than a wrong one
-      {"99\n100\n", false, 100},                           // a tail: the first line may be cut
-      {"9\n", false, std::nullopt},                        // a tail of one line: it may be cut
+      {"", true, std::nullopt},                // only touched
+      {"                1200\n", true, 1200},  // sgpu.heartbeat(step=1200)
+      {"1200", true, 1200},                    // printf 1200 > file: the whole file
+      {"1\n2\n3\n", true, 3},                  // echo $step >> file
+      {"1\n2\n3\n4", true, 3},                 // the 4 is being written
+      {"7\n\n\n", true, 7},                    // blank lines after it
+      {"step 5\n", true, std::nullopt},        // not a number: no step rather than a wrong one
+      {"99\n100\n", false, 100},               // a tail: the first line may be cut
+      {"9\n", false, std::nullopt},            // a tail of one line: it may be cut
       {"-3\n", true, -3},
   };
   for (const auto& row : rows) {
@@ -71,7 +70,7 @@ TEST_CASE("CPU percent is of one core between two samples") {
   CHECK(cpu_percent(100, 200, 1.0, 100) == doctest::Approx(100));
   CHECK(cpu_percent(100, 150, 2.0, 100) == doctest::Approx(25));
   CHECK(cpu_percent(0, 400, 1.0, 100) == doctest::Approx(400));  // four busy threads
-  CHECK(cpu_percent(200, 100, 1.0, 100) == 0);                    // a new process behind the pid
+  CHECK(cpu_percent(200, 100, 1.0, 100) == 0);                   // a new process behind the pid
   CHECK(cpu_percent(100, 200, 0, 100) == 0);
 }
 

@@ -54,8 +54,9 @@ std::vector<std::string> lines_of(const fs::path& p) {
 TEST_CASE("each sample appends a line per rank and per GPU to metrics.jsonl") {
   TempDir dir;
   std::vector<std::string> warnings;
-  MetricsRecorder rec(dir.path.string(), "run1", "a", {"", ""}, 1.5, [&](const std::string& w) { warnings.push_back(w); },
-                      [](const nlohmann::ordered_json&) {});
+  MetricsRecorder rec(
+      dir.path.string(), "run1", "a", {"", ""}, 1.5, [&](const std::string& w) { warnings.push_back(w); },
+      [](const nlohmann::ordered_json&) {});
   auto s = sample("a", {{0, 2.0}, {1, 2.0}});
   GpuSample g;
   g.index = 0;
@@ -85,9 +86,10 @@ TEST_CASE("a straggler is warned of once, with an event, and marked for /metrics
   TempDir dir;
   std::vector<std::string> warnings;
   std::vector<nlohmann::ordered_json> events;
-  MetricsRecorder rec(dir.path.string(), "run1", "here", {"a", "a", "b", "b"}, 1.5,
-                      [&](const std::string& w) { warnings.push_back(w); },
-                      [&](const nlohmann::ordered_json& e) { events.push_back(e); });
+  MetricsRecorder rec(
+      dir.path.string(), "run1", "here", {"a", "a", "b", "b"}, 1.5,
+      [&](const std::string& w) { warnings.push_back(w); },
+      [&](const nlohmann::ordered_json& e) { events.push_back(e); });
   for (int i = 0; i < 4; ++i) {
     rec.on_sample(sample("a", {{0, 10}, {1, 10}}));
     rec.on_sample(sample("b", {{2, 4}, {3, 10}}));
@@ -111,16 +113,17 @@ TEST_CASE("a straggler is warned of once, with an event, and marked for /metrics
 TEST_CASE("no straggler warnings when the factor is off") {
   TempDir dir;
   int warned = 0;
-  MetricsRecorder rec(dir.path.string(), "r", "a", {"", ""}, 0, [&](const std::string&) { ++warned; },
-                      [](const nlohmann::ordered_json&) {});
+  MetricsRecorder rec(
+      dir.path.string(), "r", "a", {"", ""}, 0, [&](const std::string&) { ++warned; },
+      [](const nlohmann::ordered_json&) {});
   for (int i = 0; i < 4; ++i) rec.on_sample(sample("a", {{0, 10}, {1, 1}}));
   CHECK(warned == 0);
 }
 
 TEST_CASE("/metrics: every family has HELP and TYPE, labels are escaped, output bytes count") {
   TempDir dir;
-  MetricsRecorder rec(dir.path.string(), "r\"1", "h\\1", {""}, 1.5, [](const std::string&) {},
-                      [](const nlohmann::ordered_json&) {});
+  MetricsRecorder rec(
+      dir.path.string(), "r\"1", "h\\1", {""}, 1.5, [](const std::string&) {}, [](const nlohmann::ordered_json&) {});
   rec.on_rank_started(0, 42);
   rec.on_rank_output(0, Stream::Out, "hello\n", nullptr);
   auto s = sample("h\\1", {{0, 1}});

@@ -70,8 +70,8 @@ class Sampler {
   std::function<std::vector<RunningRank>()> ranks_;
   std::function<void(const NodeSample&)> emit_;
   std::unique_ptr<GpuSampler> gpus_;
-  std::map<int, Previous> cpu_;     // by pid
-  std::map<int, Stepped> steps_;    // by rank
+  std::map<int, Previous> cpu_;   // by pid
+  std::map<int, Stepped> steps_;  // by rank
   std::chrono::steady_clock::time_point next_{};
   bool running_ = false;
 };

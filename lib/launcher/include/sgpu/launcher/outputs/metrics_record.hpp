@@ -26,9 +26,9 @@ struct MetricsState {
   std::string state = "running";
   int attempt = 0;
   int world_size = 0;
-  std::string here;                     // this node's name: the node label of ranks with no host
-  std::vector<std::string> rank_hosts;  // by rank; "" on this node
-  std::map<int, RankSample> ranks;      // the newest sample of each
+  std::string here;                                       // this node's name: the node label of ranks with no host
+  std::vector<std::string> rank_hosts;                    // by rank; "" on this node
+  std::map<int, RankSample> ranks;                        // the newest sample of each
   std::map<std::pair<std::string, int>, GpuSample> gpus;  // (host, index)
   std::vector<std::uint64_t> output_bytes;                // by rank
   std::vector<bool> running;                              // by rank

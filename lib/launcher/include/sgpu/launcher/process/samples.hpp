@@ -16,9 +16,9 @@ struct RankSample {
   std::optional<double> cpu_percent;  // of one core, since the previous sample (none on the first)
   std::uint64_t rss_bytes = 0;
   int threads = 0;
-  char state = '?';                  // /proc's: R, S, D, T, Z...
-  std::optional<std::int64_t> step;  // the newest step its heartbeat named
-  std::optional<double> step_rate;   // steps per second since the previous sample that had a step
+  char state = '?';                      // /proc's: R, S, D, T, Z...
+  std::optional<std::int64_t> step;      // the newest step its heartbeat named
+  std::optional<double> step_rate;       // steps per second since the previous sample that had a step
   std::optional<double> progress_age_s;  // seconds since its heartbeat was last touched
 };
 
@@ -33,7 +33,7 @@ struct GpuSample {
   std::optional<double> power_limit_watts;
   std::optional<unsigned> temperature_c;
   std::optional<unsigned> sm_clock_mhz;
-  std::optional<std::uint64_t> throttle_reasons;  // NVML's clocks event reasons bit mask
+  std::optional<std::uint64_t> throttle_reasons;    // NVML's clocks event reasons bit mask
   std::optional<std::uint64_t> ranks_memory_bytes;  // what the job's ranks hold on it (NVML's processes)
   std::vector<int> ranks;                           // the job's ranks meant to use it
 };
