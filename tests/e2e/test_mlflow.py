@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import python_program
+from conftest import python_program, sgpu_bin
 from mlflow_server import MlflowServer, venv_python
 from multinode import agent, free_port, make_secret_file, static_node
 
@@ -427,3 +427,24 @@ def test_a_multi_node_preflight_that_fails_ends_its_run_failed(tracked, tmp_path
     run = query(tracked.env, "run", run_id)
     assert run["status"] == "FAILED" and run["metrics"]["sgpu.exit_code"] == [[0, 1]]
     assert "rank 0 in run" not in e0  # RANK prints it once it runs
+
+
+def test_the_samples_are_mlflow_system_metrics_under_mlflows_own_gpu_names(tracked, tmp_path):
+    nvml = pathlib.Path(os.environ.get("SGPU_FAKE_GPU_LIBS", pathlib.Path(sgpu_bin()).parents[2] / "tests" / "fake_gpu"))
+    env = dict(tracked.env, LD_LIBRARY_PATH=str(nvml / "nvml"), SGPU_FAKE_DRIVER_GPUS="2", STEP_S="0.05", RUN_S="3")
+    r = tracked.run("launch", "--gpus", 2, "-o", "json", "--sample-every", "500ms", python_program("steps.py"),
+                    env=env)
+    assert r.returncode == 0, r.stderr
+    run = query(tracked.env, "run", json.loads(r.stdout)["mlflow"]["run_id"])
+    m = run["metrics"]
+    for gpu in (0, 1):
+        util = m[f"system/gpu_{gpu}_utilization_percentage"]
+        assert len(util) >= 3 and {v for _, v in util} == {30 + 10 * gpu}, util  # the fake driver's figures
+        assert [step for step, _ in util] == list(range(len(util)))  # one step per sample, as MLflow's monitor
+        assert {v for _, v in m[f"system/gpu_{gpu}_power_usage_watts"]} == {100 + gpu}
+        assert {v for _, v in m[f"system/gpu_{gpu}_memory_usage_megabytes"]} == {(512 << 20) / 1e6}
+        assert {v for _, v in m[f"system/gpu_{gpu}_memory_usage_percentage"]} == {0.6}
+    for rank in (0, 1):
+        assert all(v > 1 for _, v in m[f"system/rank_{rank}_memory_usage_megabytes"])
+        rates = [v for _, v in m[f"system/rank_{rank}_step_rate"]]
+        assert rates and all(5 < v < 25 for v in rates), rates

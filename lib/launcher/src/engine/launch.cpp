@@ -32,12 +32,15 @@
 namespace sgpu::launcher {
 namespace {
 
-// Tells `ended` once every rank of an attempt has exited or the job tears
-// down (MLflow: the params not sent yet then wait for the end, not holding
-// the loop). One more observer beside the logs and the console.
+// What MLflow's tracker hears of the job, one more observer beside the logs
+// and the console: `ended` once every rank of an attempt has exited or the
+// job tears down (the params not sent yet then wait for the end, not
+// holding the loop), and each node's sample (--sample-every: system metrics).
 class RanksEnded final : public JobObserver {
  public:
-  RanksEnded(std::size_t ranks, std::function<void()> ended) : ranks_(ranks), ended_(std::move(ended)) {}
+  RanksEnded(std::size_t ranks, std::function<void()> ended, std::function<void(const NodeSample&)> sampled)
+      : ranks_(ranks), ended_(std::move(ended)), sampled_(std::move(sampled)) {}
+  void on_sample(const NodeSample& sample) override { sampled_(sample); }
   void on_rank_exited(int, const env::ExitStatus&, bool) override {
     if (++exited_ >= ranks_) ended_();
   }
@@ -48,6 +51,7 @@ class RanksEnded final : public JobObserver {
   std::size_t ranks_;
   std::size_t exited_ = 0;
   std::function<void()> ended_;
+  std::function<void(const NodeSample&)> sampled_;
 };
 
 // A run that could not start still answers as any run does: summary.json
@@ -191,7 +195,10 @@ class Engine final : public JobHost {
     outputs_->set_tracking({tracked_->run_id, tracked_->url}, tracked_->env);
     // spec.json is final now: it goes beside the job, not at its end.
     tracker_->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
-    outputs_->add_observer(ranks_ended_.emplace(plan.ranks.size(), [&] { tracker_->ranks_ended(); }));
+    bool several_nodes = !plan.ranks.empty() && plan.ranks.front().place.nnodes > 1;
+    outputs_->add_observer(ranks_ended_.emplace(
+        plan.ranks.size(), [&] { tracker_->ranks_ended(); },
+        [&, several_nodes](const NodeSample& sample) { tracker_->log_sample(sample, several_nodes); }));
   }
 
   // First, so it is destroyed last: outputs and the backend hold objects on it.

@@ -149,12 +149,12 @@ std::vector<std::string> render_top(const TopView& view, const TopOptions& optio
   std::size_t stragglers = 0;
   for (const auto& r : view.rows) stragglers += r.straggler ? 1 : 0;
   std::vector<std::string> out;
-  out.push_back(cut(fmt::format("sgpu top: run {} {}, {} rank{}{}{}", view.run_id, view.state, view.rows.size(),
-                                view.rows.size() == 1 ? "" : "s",
-                                stragglers > 0 ? fmt::format(", {} straggler{}", stragglers, stragglers == 1 ? "" : "s")
-                                               : "",
-                                view.sampled_at.empty() ? ", no sample yet" : ", sampled " + view.sampled_at),
-                    width));
+  out.push_back(
+      cut(fmt::format("sgpu top: run {} {}, {} rank{}{}{}", view.run_id, view.state, view.rows.size(),
+                      view.rows.size() == 1 ? "" : "s",
+                      stragglers > 0 ? fmt::format(", {} straggler{}", stragglers, stragglers == 1 ? "" : "s") : "",
+                      view.sampled_at.empty() ? ", no sample yet" : ", sampled " + view.sampled_at),
+          width));
   out.push_back(cut(fmt::format("sort: {} (r c g s m o)  filter: {} (/ to set, esc to clear)  x: stragglers only{}  q: "
                                 "quit (the job runs on)",
                                 sort_name(options.sort), options.filter.empty() ? "-" : options.filter,
@@ -165,17 +165,17 @@ std::vector<std::string> render_top(const TopView& view, const TopOptions& optio
                     width));
   for (const auto& r : rows) {
     if (height > 0 && static_cast<int>(out.size()) >= height) break;
-    auto line = fmt::format("{:>4}{} {:<12} {:<9} {:>3} {:>5} {:>7} {:>6} {:>8} {:>8} {:>6}  {}", r.rank,
-                            r.straggler ? "*" : " ", cut(r.host, 12), cut(r.state, 9),
-                            r.gpu ? std::to_string(*r.gpu) : "-", cell(r.gpu_util, "{:.0f}"),
-                            cell(r.gpu_mem_gib, "{:.1f}"), cell(r.cpu, "{:.0f}"), cell(r.rss_mib, "{:.0f}"),
-                            cell(r.step_rate, "{:.2f}"), r.output_age_s ? fmt::format("{:.0f}s", *r.output_age_s) : "-",
-                            r.last_line);
+    auto line = fmt::format(
+        "{:>4}{} {:<12} {:<9} {:>3} {:>5} {:>7} {:>6} {:>8} {:>8} {:>6}  {}", r.rank, r.straggler ? "*" : " ",
+        cut(r.host, 12), cut(r.state, 9), r.gpu ? std::to_string(*r.gpu) : "-", cell(r.gpu_util, "{:.0f}"),
+        cell(r.gpu_mem_gib, "{:.1f}"), cell(r.cpu, "{:.0f}"), cell(r.rss_mib, "{:.0f}"), cell(r.step_rate, "{:.2f}"),
+        r.output_age_s ? fmt::format("{:.0f}s", *r.output_age_s) : "-", r.last_line);
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out.push_back(cut(line, width));
   }
   if (rows.size() < view.rows.size() && (height == 0 || static_cast<int>(out.size()) < height))
-    out.push_back(cut(fmt::format("({} of {} ranks shown; * marks a straggler)", rows.size(), view.rows.size()), width));
+    out.push_back(
+        cut(fmt::format("({} of {} ranks shown; * marks a straggler)", rows.size(), view.rows.size()), width));
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "tracking/mlflow_run.hpp"
 
+#include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -153,6 +155,35 @@ std::string git_commit(const std::string& dir) {
     if (at == at.root_path()) break;
   }
   return "";
+}
+
+std::vector<Metric> sample_metrics(const NodeSample& sample, bool several_nodes, std::int64_t step) {
+  std::vector<Metric> out;
+  auto at = epoch_ms(sample.time);
+  auto add = [&](std::string key, double value) { out.push_back({std::move(key), value, at, step}); };
+  // MLflow takes letters, digits, _ - . / and spaces in a key.
+  std::string node;
+  for (char c : sample.host) node += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
+  for (const auto& g : sample.gpus) {
+    auto prefix =
+        several_nodes ? fmt::format("system/{}_gpu_{}_", node, g.index) : fmt::format("system/gpu_{}_", g.index);
+    if (g.utilization_percent) add(prefix + "utilization_percentage", *g.utilization_percent);
+    if (g.memory_used_bytes) add(prefix + "memory_usage_megabytes", static_cast<double>(*g.memory_used_bytes) / 1e6);
+    if (g.memory_used_bytes && g.memory_total_bytes && *g.memory_total_bytes > 0)
+      add(prefix + "memory_usage_percentage",
+          std::round(static_cast<double>(*g.memory_used_bytes) / static_cast<double>(*g.memory_total_bytes) * 1000) /
+              10);
+    if (g.power_watts) add(prefix + "power_usage_watts", *g.power_watts);
+    if (g.power_watts && g.power_limit_watts && *g.power_limit_watts > 0)
+      add(prefix + "power_usage_percentage", std::round(*g.power_watts / *g.power_limit_watts * 1000) / 10);
+  }
+  for (const auto& r : sample.ranks) {
+    auto prefix = fmt::format("system/rank_{}_", r.rank);
+    if (r.cpu_percent) add(prefix + "cpu_utilization_percentage", *r.cpu_percent);
+    add(prefix + "memory_usage_megabytes", static_cast<double>(r.rss_bytes) / 1e6);
+    if (r.step_rate) add(prefix + "step_rate", *r.step_rate);
+  }
+  return out;
 }
 
 }  // namespace sgpu::launcher::mlflow

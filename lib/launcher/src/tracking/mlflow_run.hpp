@@ -23,6 +23,17 @@ std::vector<Metric> end_metrics(const RunEnd& run);
 
 std::int64_t epoch_ms(Clock::time_point t);
 
+// A node's sample (--sample-every) as MLflow system metrics, under the names
+// MLflow's own monitor uses for GPUs (system/gpu_0_utilization_percentage,
+// ..._memory_usage_megabytes, ..._memory_usage_percentage,
+// ..._power_usage_watts, ..._power_usage_percentage), so its UI's System
+// Metrics tab plots them; with several nodes the node goes into the name
+// (system/<host>_gpu_0_...), where MLflow has no label. Each rank's CPU,
+// memory and step rate as system/rank_<r>_cpu_utilization_percentage,
+// system/rank_<r>_memory_usage_megabytes and system/rank_<r>_step_rate.
+// `step`: the sample's number.
+std::vector<Metric> sample_metrics(const NodeSample& sample, bool several_nodes, std::int64_t step);
+
 // spec.json as uploaded: its [env] values and arguments masked as the dry
 // run masks them (spec_json already did; this holds for any spec.json).
 // Anything else, summary.json too (its spec was masked when it was made),

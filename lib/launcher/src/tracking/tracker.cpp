@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -60,7 +61,14 @@ struct MlflowTracker::Impl {
   bool ran_long = false;                                             // the ranks ran kParamsAfter
   boost::asio::steady_timer params_timer;
   bool ending = false;  // end() has begun
-  bool begun = false;   // begin() sent the run's creation; await_run() has not waited for it yet
+  // --sample-every's samples as system metrics: one log-batch in flight at a
+  // time, what comes meanwhile goes with the next; the first failure is
+  // warned of and ends them (the job's own metrics are not held up).
+  std::vector<mlflow::Metric> pending_samples;
+  std::map<std::string, std::int64_t> samples_per_node;
+  bool samples_in_flight = false;
+  bool samples_failed = false;
+  bool begun = false;  // begin() sent the run's creation; await_run() has not waited for it yet
 
   // One phase (begin or end): its deadline and its first failure. The
   // params of begin may still be in flight when end starts: each call
@@ -212,6 +220,27 @@ struct MlflowTracker::Impl {
          });
   }
 
+  void send_samples() {
+    if (samples_in_flight || pending_samples.empty() || ending) return;
+    auto batches = mlflow::log_batches(client.server(), run->run_id, std::exchange(pending_samples, {}), {}, {});
+    auto left = std::make_shared<std::size_t>(batches.size());
+    samples_in_flight = true;
+    for (auto& batch : batches) {
+      auto shared = std::make_shared<Request>(std::move(batch));
+      client.send(*shared, Steady::now() + config.timeout, [this, shared, left](HttpResult result) {
+        bool ok = result.status >= 200 && result.status < 300;
+        if (!ok && !samples_failed && !ending) {
+          samples_failed = true;
+          warn("did not take the job's system metrics (" + explain(*shared, result) + "); no more are sent");
+        }
+        if (--*left == 0) {
+          samples_in_flight = false;
+          if (!samples_failed) send_samples();
+        }
+      });
+    }
+  }
+
   // The ranks have run kParamsAfter: the params and the early artifacts go out.
   void send_params() {
     ran_long = true;
@@ -279,6 +308,14 @@ void MlflowTracker::upload_now(const std::string& path, const std::string& name)
 }
 
 void MlflowTracker::ranks_ended() { impl_->params_timer.cancel(); }
+
+void MlflowTracker::log_sample(const NodeSample& sample, bool several_nodes) {
+  auto& s = *impl_;
+  if (!s.run || s.ending || s.samples_failed) return;
+  auto step = s.samples_per_node[sample.host]++;
+  for (auto& m : mlflow::sample_metrics(sample, several_nodes, step)) s.pending_samples.push_back(std::move(m));
+  s.send_samples();
+}
 
 void MlflowTracker::end(const RunEnd& end) {
   auto& s = *impl_;

@@ -48,10 +48,9 @@ TEST_CASE("top: each sort puts what one looks for first") {
     std::vector<int> order;
   };
   std::vector<Row> rows = {
-      {TopSort::Rank, {0, 1, 2, 3}},
-      {TopSort::Cpu, {1, 0, 2, 3}},     // the busiest first
-      {TopSort::Rate, {1, 3, 0, 2}},    // the slowest first (ties keep rank order)
-      {TopSort::Output, {2, 1, 3, 0}},  // the longest silent first
+      {TopSort::Rank, {0, 1, 2, 3}},   {TopSort::Cpu, {1, 0, 2, 3}},  // the busiest first
+      {TopSort::Rate, {1, 3, 0, 2}},                                  // the slowest first (ties keep rank order)
+      {TopSort::Output, {2, 1, 3, 0}},                                // the longest silent first
       {TopSort::Memory, {3, 2, 1, 0}},
   };
   for (const auto& row : rows) {
@@ -68,8 +67,8 @@ TEST_CASE("top: the filter and the stragglers alone, with how many are shown") {
     std::vector<int> shown;
   };
   std::vector<Row> rows = {
-      {"", false, {0, 1, 2, 3}}, {"gpu-b", false, {2, 3}}, {"2", false, {2}},  // a rank's number, whole
-      {"loss", false, {0, 1, 3}}, {"", true, {1}},         {"gpu-b", true, {}},
+      {"", false, {0, 1, 2, 3}},  {"gpu-b", false, {2, 3}}, {"2", false, {2}},  // a rank's number, whole
+      {"loss", false, {0, 1, 3}}, {"", true, {1}},          {"gpu-b", true, {}},
   };
   for (const auto& row : rows) {
     TopOptions o;

@@ -369,3 +369,67 @@ TEST_CASE("mlflow::masked_artifact") {
     CHECK(masked_artifact("summary.json", R"({"spec": null})") == R"({"spec": null})");
   }
 }
+
+TEST_CASE("mlflow::sample_metrics: MLflow's own GPU names, the node in them on several nodes, each rank's") {
+  NodeSample s;
+  s.time = Clock::time_point(std::chrono::milliseconds(1700000000123));
+  s.host = "gpu-b.cluster";
+  GpuSample g;
+  g.index = 1;
+  g.utilization_percent = 97;
+  g.memory_used_bytes = 40'000'000'000ULL;
+  g.memory_total_bytes = 80'000'000'000ULL;
+  g.power_watts = 350;
+  g.power_limit_watts = 700;
+  s.gpus.push_back(g);
+  GpuSample bare;  // what NVML did not give is not logged
+  bare.index = 2;
+  s.gpus.push_back(bare);
+  RankSample r;
+  r.rank = 5;
+  r.cpu_percent = 99.5;
+  r.rss_bytes = 2'000'000'000ULL;
+  r.step_rate = 3.25;
+  s.ranks.push_back(r);
+  RankSample first;  // its first sample: no CPU figure, no rate yet
+  first.rank = 6;
+  first.rss_bytes = 1'000'000;
+  s.ranks.push_back(first);
+  struct Row {
+    bool several;
+    std::vector<std::pair<std::string, double>> expected;
+  };
+  std::vector<Row> rows = {
+      {false,
+       {{"system/gpu_1_utilization_percentage", 97},
+        {"system/gpu_1_memory_usage_megabytes", 40000},
+        {"system/gpu_1_memory_usage_percentage", 50},
+        {"system/gpu_1_power_usage_watts", 350},
+        {"system/gpu_1_power_usage_percentage", 50},
+        {"system/rank_5_cpu_utilization_percentage", 99.5},
+        {"system/rank_5_memory_usage_megabytes", 2000},
+        {"system/rank_5_step_rate", 3.25},
+        {"system/rank_6_memory_usage_megabytes", 1}}},
+      {true,
+       {{"system/gpu-b.cluster_gpu_1_utilization_percentage", 97},
+        {"system/gpu-b.cluster_gpu_1_memory_usage_megabytes", 40000},
+        {"system/gpu-b.cluster_gpu_1_memory_usage_percentage", 50},
+        {"system/gpu-b.cluster_gpu_1_power_usage_watts", 350},
+        {"system/gpu-b.cluster_gpu_1_power_usage_percentage", 50},
+        {"system/rank_5_cpu_utilization_percentage", 99.5},
+        {"system/rank_5_memory_usage_megabytes", 2000},
+        {"system/rank_5_step_rate", 3.25},
+        {"system/rank_6_memory_usage_megabytes", 1}}},
+  };
+  for (const auto& row : rows) {
+    auto metrics = sample_metrics(s, row.several, 7);
+    REQUIRE(metrics.size() == row.expected.size());
+    for (std::size_t i = 0; i < metrics.size(); ++i) {
+      CAPTURE(row.expected[i].first);
+      CHECK(metrics[i].key == row.expected[i].first);
+      CHECK(metrics[i].value == doctest::Approx(row.expected[i].second));
+      CHECK(metrics[i].step == 7);
+      CHECK(metrics[i].timestamp_ms == 1700000000123);
+    }
+  }
+}

@@ -122,6 +122,11 @@ class MlflowTracker {
   // tracker's holds the loop until then.
   void ranks_ended();
 
+  // --sample-every: a node's sample as MLflow system metrics (MLflow's own
+  // names for GPUs; the node in the name with `several_nodes`), sent beside
+  // the job, one call in flight at a time. Does nothing without a run.
+  void log_sample(const NodeSample& sample, bool several_nodes);
+
   // Uploads, beside the job, a file that is final before the ranks start
   // (spec.json), with the params once the ranks have run 1 s: end() waits
   // for it and does not send it again. Does nothing when begin() did not
