@@ -300,3 +300,16 @@ def test_top_shows_every_rank_live_sorts_filters_and_quits_leaving_the_job_runni
     assert sgpu.run("cancel", run_id).returncode == 0
     res = sgpu.run("top")
     assert res.returncode != 0 and "no run is running" in res.stderr and "sgpu top RUN" in res.stderr, res.stderr
+
+
+def test_the_dry_run_says_what_is_sampled(sgpu):
+    res = sgpu.run("launch", "--dry-run", "--nproc", "2", "--sample-every", "5s", "--metrics-port", "29661",
+                   "--no-python", "/bin/true")
+    assert res.returncode == 0, res.stderr
+    line = next(l for l in res.stdout.splitlines() if l.strip().startswith("samples"))
+    assert "every 5s" in line and "1.5x below" in line and "/metrics on http://127.0.0.1:29661" in line, line
+    doc = json.loads(sgpu.run("launch", "--dry-run", "-o", "json", "--nproc", "2", "--sample-every", "off",
+                              "--no-python", "/bin/true").stdout)
+    assert doc["sample_every_s"] is None and doc["metrics_listen"] is None, doc
+    doc = json.loads(sgpu.run("launch", "--dry-run", "-o", "json", "--nproc", "2", "--no-python", "/bin/true").stdout)
+    assert doc["sample_every_s"] == 10 and doc["straggler_factor"] == 1.5, doc

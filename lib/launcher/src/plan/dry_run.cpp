@@ -156,6 +156,15 @@ std::string dry_run_text(const DryRun& d) {
   if (first.hang_timeout)
     line("hang", fmt::format("no progress from any rank for {}: every rank's stack, then the job ends (124)",
                              env::format_duration(*first.hang_timeout)));
+  if (first.sample_every)
+    line("samples",
+         fmt::format(
+             "every {}: each rank's CPU, memory and step rate, the GPUs through NVML, into metrics.jsonl{}{}",
+             env::format_duration(*first.sample_every),
+             first.straggler_factor > 1
+                 ? fmt::format("; a rank {}x below the others' step rate is named a straggler", first.straggler_factor)
+                 : "",
+             first.metrics_listen.empty() ? "" : fmt::format("; /metrics on http://{}", first.metrics_listen)));
   if (first.max_restarts > 0)
     line("restarts", fmt::format("up to {} after a rank fails, {} apart at first (doubling, at most 1m), all within "
                                  "the timeout",
@@ -217,6 +226,9 @@ std::string dry_run_json(const DryRun& d) {
   doc["timeout_s"] = first.timeout ? json(first.timeout->count()) : json(nullptr);
   doc["grace_s"] = first.grace.count();
   doc["hang_timeout_s"] = first.hang_timeout ? json(first.hang_timeout->count()) : json(nullptr);
+  doc["sample_every_s"] = first.sample_every ? json(first.sample_every->count()) : json(nullptr);
+  doc["straggler_factor"] = first.straggler_factor > 1 ? json(first.straggler_factor) : json(nullptr);
+  doc["metrics_listen"] = first.metrics_listen.empty() ? json(nullptr) : json(first.metrics_listen);
   doc["max_restarts"] = first.max_restarts;
   doc["restart_backoff_s"] = first.restart_backoff.count();
   doc["master_addr"] = first.master_addr;

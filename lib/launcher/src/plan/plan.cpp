@@ -124,6 +124,9 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
   plan.timeout = spec.timeout.limit();
   plan.grace = spec.grace.required("--grace none: the grace period");
   plan.hang_timeout = spec.hang_timeout.limit();
+  plan.sample_every = spec.sample_every.limit();
+  plan.straggler_factor = spec.straggler_factor;
+  if (spec.metrics_port) plan.metrics_listen = fmt::format("{}:{}", spec.metrics_addr, *spec.metrics_port);
   plan.stop_signal = spec.stop_signal;
   plan.signal_before = spec.signal_before;
   if (spec.ray && spec.entrypoint.kind == env::Entrypoint::Kind::Executable)

@@ -39,6 +39,9 @@ struct LaunchPlan {
   std::optional<env::Seconds> timeout;
   env::Seconds grace{30};
   std::optional<env::Seconds> hang_timeout;  // --hang-timeout; nullopt: off
+  std::optional<env::Seconds> sample_every;  // --sample-every; nullopt: off
+  double straggler_factor = 0;               // --straggler-factor; 0: off
+  std::string metrics_listen;                // --metrics-port's "addr:port"; "" none
   int stop_signal = 15;                      // SIGTERM
   std::optional<env::SignalBefore> signal_before{};
   int max_restarts = 0;
