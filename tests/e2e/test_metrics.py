@@ -313,3 +313,24 @@ def test_the_dry_run_says_what_is_sampled(sgpu):
     assert doc["sample_every_s"] is None and doc["metrics_listen"] is None, doc
     doc = json.loads(sgpu.run("launch", "--dry-run", "-o", "json", "--nproc", "2", "--no-python", "/bin/true").stdout)
     assert doc["sample_every_s"] == 10 and doc["straggler_factor"] == 1.5, doc
+
+
+def test_an_idle_client_of_metrics_does_not_hold_the_launch_past_its_job(sgpu):
+    port = free_port()
+    proc = sgpu.popen("launch", "--nproc", "1", "--metrics-port", port, "--no-python", "/bin/sleep", "1")
+    idle = None
+    deadline = time.monotonic() + 10
+    while idle is None and time.monotonic() < deadline:
+        try:
+            idle = socket.create_connection(("127.0.0.1", port), timeout=2)  # connects, sends nothing
+        except OSError:
+            time.sleep(0.05)
+    assert idle is not None
+    started = time.monotonic()
+    try:
+        proc.communicate(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        idle.close()
+    assert proc.returncode == 0
+    assert took < 4, f"the launch ended {took:.1f} s after an idle /metrics client connected"

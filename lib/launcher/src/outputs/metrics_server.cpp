@@ -1,6 +1,8 @@
 #include "sgpu/launcher/outputs/metrics_server.hpp"
 
 #include <chrono>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <boost/asio/ip/tcp.hpp>
@@ -86,7 +88,10 @@ struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
   void accept() {
     acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket s) {
       if (ec || !self->acceptor.is_open()) return;
-      std::make_shared<Session>(std::move(s), self)->start();
+      auto session = std::make_shared<Session>(std::move(s), self);
+      std::erase_if(self->sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
+      self->sessions.push_back(session);
+      session->start();
       self->accept();
     });
   }
@@ -94,6 +99,7 @@ struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
   asio::io_context& io;
   tcp::acceptor acceptor;
   std::function<std::string()> body;
+  std::vector<std::weak_ptr<Session>> sessions;  // open connections: closed with the server
 };
 
 MetricsServer::MetricsServer(asio::io_context& io, const std::string& address, int port,
@@ -125,6 +131,9 @@ int MetricsServer::port() const { return impl_->acceptor.is_open() ? impl_->acce
 void MetricsServer::close() {
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
+  // A client that connected and sends nothing must not hold the loop past the job.
+  for (auto& weak : std::exchange(impl_->sessions, {}))
+    if (auto session = weak.lock()) session->end();
 }
 
 }  // namespace sgpu::launcher
