@@ -96,7 +96,8 @@ RunInfo choose_run(const std::string& root, const std::string& query) {
 
 class Live {
  public:
-  Live(std::string root, RunInfo run) : root_(std::move(root)), run_(std::move(run)), timer_(io_), keys_(io_), signals_(io_) {}
+  Live(std::string root, RunInfo run)
+      : root_(std::move(root)), run_(std::move(run)), timer_(io_), keys_(io_), signals_(io_) {}
 
   int run() {
     keys_.assign(::dup(STDIN_FILENO));
