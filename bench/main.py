@@ -25,6 +25,7 @@ import ray_start
 import rendezvous
 import report
 import runs
+import sampling
 import stop
 import tracking
 from peers import ENV_NOTE, Context, base_env
@@ -44,6 +45,7 @@ SECTIONS = {
     "ray": ray_start.run,
     "gpu": gpu.run,
     "hangs": hangs.run,
+    "sampling": sampling.run,
 }
 
 METHOD = """\

@@ -1,0 +1,61 @@
+"""13. Sampling: what --sample-every costs the launcher while ranks sleep."""
+import os
+
+from footprint import sample
+from harness import Peer, Row, describe_exit, median, run_once, tail
+from peers import alternate, sgpu
+from report import Section, fmt_kib, shell, timing_table
+
+
+def one_run(ctx, row, n, seconds):
+    out, err = os.path.join(ctx.work, "sampling.out"), os.path.join(ctx.work, "sampling.err")
+    run = run_once(row.peer.argv, ctx.env, ctx.root, out, err, timeout=float(seconds) + 600, sampler=sample)
+    if run.returncode != 0 or run.timed_out:
+        row.fail(f"{describe_exit(run.returncode)}: {tail(err)}")
+        return
+    full = [s for s in run.samples if s["ranks"] == n]
+    if len(full) < 2:
+        row.fail(f"never saw {n} sleeping ranks at once for long")
+        return
+    row.values.append(max(s["hwm"] for s in full))
+    row.extra.setdefault("tree_cpu", []).append(run.cpu)
+    span = full[-1]["t"] - full[0]["t"]
+    row.extra.setdefault("idle_cpu", []).append((full[-1]["cpu"] - full[0]["cpu"]) / span)
+
+
+def run(ctx):
+    seconds = "3" if ctx.quick else "20"
+    s = Section("sampling", f"13. Sampling: the launcher while its ranks sleep {seconds} s, sampled or not")
+    s.intro = ("The cost of `--sample-every` (each rank's /proc/PID/stat and heartbeat file, the GPUs through NVML, "
+               "a line per rank in metrics.jsonl) on the launcher, which on one node is also the node's sampler: its "
+               "peak RSS (VmHWM of sgpu and its guard) and its CPU per second of the run once every rank had started "
+               "('busy while waiting', from /proc/PID/task/*/schedstat, read every 0.2 s as in the footprint "
+               "comparison), and the CPU time of the whole run (wait4: sgpu, its guard and the ranks, from start to end). "
+               "The ranks are /bin/sleep: what is measured is sgpu alone. This machine has no GPU, so "
+               "NVML is not loaded; on a GPU node each sample adds a few NVML calls per GPU.")
+    specs = [("8 ranks, --sample-every off", 8, "off"), ("8 ranks, default (10s)", 8, None),
+             ("64 ranks, --sample-every off", 64, "off"), ("64 ranks, --sample-every 1s", 64, "1s")]
+    rows = []
+    for name, n, every in specs:
+        flags = [] if every is None else ["--sample-every", every]
+        argv = [*sgpu(ctx, n), *flags, "--no-python", "/bin/sleep", seconds]
+        rows.append(Row(Peer(f"sgpu, {name}", argv, "sgpu" if not rows else "peer")))
+    n_of = {r.peer.name: spec[1] for r, spec in zip(rows, specs)}
+    rounds = 1 if ctx.quick and not ctx.rounds else ctx.rounds_for(2)
+    alternate(ctx, "sampling", rows, rounds, lambda row, i: one_run(ctx, row, n_of[row.peer.name], seconds))
+    busy = lambda r: f"{median(r.extra['idle_cpu']) * 1e3:.3f} ms CPU/s" if r.extra.get("idle_cpu") else "-"
+    whole = lambda r: f"{median(r.extra['tree_cpu']) * 1e3:.1f} ms" if r.extra.get("tree_cpu") else "-"
+    s.table = timing_table(rows, value_name="peak RSS", fmt=fmt_kib,
+                           extra_cols=[("busy while waiting", busy), ("CPU time of the run (wait4)", whole)])
+    s.commands = [shell(r.peer.argv) for r in rows]
+    if not all(r.ok for r in rows):
+        s.sgpu_failure = next(r.failure for r in rows if not r.ok)
+        return s
+    cpu = [median(r.extra["idle_cpu"]) for r in rows]
+    rss = [median(r.values) for r in rows]
+    s.headline.append(("default sampling ÷ off, 8 ranks: launcher peak RSS", f"{rss[1] / rss[0]:.3f}x"))
+    tree = [median(r.extra["tree_cpu"]) for r in rows]
+    s.headline.append(("default sampling ÷ off, 8 ranks: CPU time of the whole run", f"{tree[1] / tree[0]:.3f}x"))
+    s.headline.append(("default sampling - off, 8 ranks: launcher CPU", f"{(cpu[1] - cpu[0]) * 1e3:+.3f} ms per s"))
+    s.headline.append(("--sample-every 1s, 64 ranks: the sampler's CPU", f"{(cpu[3] - cpu[2]) * 100:.2f}% of one core"))
+    return s
