@@ -210,12 +210,14 @@ Command add_status(CLI::App& app) {
   return [f](const DashTail&) {
     auto run = launcher::find_run(f->root(), f->run);
     auto ranks = launcher::rank_table(run);
-    with_samples(ranks, launcher::newest_samples(run));
+    // Kept in a variable: a range-for over a member of a temporary would read it after its end (C++20).
+    auto samples = launcher::newest_samples(run);
+    with_samples(ranks, samples);
     if (f->json()) {
       auto doc = launcher::run_json(run);
       doc["ranks"] = ranks;
       doc["gpus"] = ordered_json::array();
-      for (const auto& [key, gpu] : launcher::newest_samples(run)["gpus"].items()) doc["gpus"].push_back(gpu);
+      for (const auto& [key, gpu] : samples["gpus"].items()) doc["gpus"].push_back(gpu);
       print_json(doc);
     } else {
       launcher::output(status_text(run, ranks));
