@@ -62,6 +62,8 @@ def test_the_slow_rank_is_named_a_straggler_within_three_samples(sgpu, api):
         assert all(s["progress_age_s"] is not None and s["progress_age_s"] < 1.0 for s in mine), mine
     rates = {r: [s["step_rate"] for s in samples if s.get("rank") == r and s["step_rate"]] for r in range(4)}
     assert max(rates[2]) < min(rates[0]), rates
+    # Each rank's lines say whether it is a straggler, from the sample that named it on.
+    assert [[s for s in samples if s.get("rank") == r][-1]["straggler"] for r in range(4)] == [False, False, True, False]
 
 
 def test_no_straggler_among_equal_ranks_and_none_when_turned_off(sgpu):
@@ -94,6 +96,14 @@ def test_sampling_off_writes_no_metrics_and_bad_values_are_refused(sgpu):
         res = sgpu.run("launch", "--nproc", "1", flag, value, *extra, "--no-python", "/bin/true")
         assert res.returncode == 2, (flag, value, res.stderr)
         assert message in res.stderr and "sgpu: error:" in res.stderr, (flag, value, res.stderr)
+    # A port another program listens on: named, nothing started.
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = sgpu.run("launch", "--nproc", "1", "--metrics-port", port, "--no-python", "/bin/true")
+    assert res.returncode == 2, res.stderr
+    assert f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}" in res.stderr, res.stderr
 
 
 def test_gpu_samples_come_from_nvml(sgpu):

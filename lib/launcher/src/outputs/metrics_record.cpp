@@ -66,7 +66,7 @@ class Exposition {
 
 }  // namespace
 
-std::vector<nlohmann::ordered_json> sample_lines(const NodeSample& sample) {
+std::vector<nlohmann::ordered_json> sample_lines(const NodeSample& sample, const std::vector<bool>& stragglers) {
   std::vector<json> lines;
   auto ts = iso_time(sample.time);
   for (const auto& r : sample.ranks) {
@@ -81,7 +81,9 @@ std::vector<nlohmann::ordered_json> sample_lines(const NodeSample& sample) {
                      {"state", std::string(1, r.state)},
                      {"step", or_null(r.step)},
                      {"step_rate", rounded(r.step_rate)},
-                     {"progress_age_s", rounded(r.progress_age_s)}});
+                     {"progress_age_s", rounded(r.progress_age_s)},
+                     {"straggler", r.rank >= 0 && static_cast<std::size_t>(r.rank) < stragglers.size() &&
+                                       stragglers[static_cast<std::size_t>(r.rank)]}});
   }
   for (const auto& g : sample.gpus) {
     lines.push_back({{"ts", ts},
@@ -229,10 +231,6 @@ void MetricsRecorder::on_attempt_started(int attempt) {
 }
 
 void MetricsRecorder::on_sample(const NodeSample& sample) {
-  std::string text;
-  for (const auto& line : sample_lines(sample))
-    text += line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
-  file_.append(text);  // one write: a reader never sees half a sample's lines of one rank
   std::vector<std::pair<int, double>> rates;
   for (const auto& r : sample.ranks) {
     state_.ranks[r.rank] = r;
@@ -244,8 +242,17 @@ void MetricsRecorder::on_sample(const NodeSample& sample) {
     }
   }
   for (const auto& g : sample.gpus) state_.gpus[{sample.host, g.index}] = g;
-  if (!stragglers_ || rates.empty()) return;
-  for (const auto& s : stragglers_->update(rates)) {
+  if (stragglers_ && !rates.empty()) note_stragglers(stragglers_->update(rates));
+  // After the verdict: a rank's line says whether it is a straggler (this
+  // attempt), so its newest line is all `sgpu status` and `sgpu top` read.
+  std::string text;
+  for (const auto& line : sample_lines(sample, state_.stragglers))
+    text += line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  file_.append(text);  // one write: a reader never sees half a sample's lines of one rank
+}
+
+void MetricsRecorder::note_stragglers(const std::vector<metrics::Straggler>& found) {
+  for (const auto& s : found) {
     auto r = static_cast<std::size_t>(s.rank);
     if (r < state_.stragglers.size()) state_.stragglers[r] = true;
     auto host = r < state_.rank_hosts.size() ? state_.rank_hosts[r] : std::string();

@@ -291,19 +291,14 @@ nlohmann::ordered_json newest_samples(const RunInfo& run) {
       rest.remove_prefix(end + 1);
       if (!line.is_object()) continue;
       if (line.contains("rank") && line["rank"].is_number_integer())
-        out["ranks"][std::to_string(line["rank"].get<int>())] = line;
+        out["ranks"][std::to_string(line["rank"].get<int>())] = line;  // the newest line of each rank wins
       else if (line.contains("gpu") && line["gpu"].is_number_integer())
-        out["gpus"][fmt::format("{}/{}", line.value("host", ""), line["gpu"].get<int>())] = line;
+        out["gpus"][fmt::format("{}/{}", line["host"].is_string() ? line["host"].get<std::string>() : "",
+                                line["gpu"].get<int>())] = line;
     }
   }
-  if (auto events = read_file(join(run.dir, "events.jsonl"), kEventsLimit)) {
-    for (std::size_t start = 0, end = 0; (end = events->find('\n', start)) != std::string::npos; start = end + 1) {
-      auto line = std::string_view(*events).substr(start, end - start);
-      if (line.find("\"straggler\"") == std::string_view::npos) continue;
-      auto ev = json::parse(line, nullptr, false);
-      if (ev.is_object() && ev.value("event", "") == "straggler") out["stragglers"].push_back(ev.value("rank", -1));
-    }
-  }
+  for (const auto& [rank, line] : out["ranks"].items())
+    if (line.contains("straggler") && line["straggler"] == true) out["stragglers"].push_back(line["rank"]);
   return out;
 }
 

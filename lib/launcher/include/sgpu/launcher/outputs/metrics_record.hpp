@@ -39,8 +39,9 @@ struct MetricsState {
 // Prometheus' text exposition format (version 0.0.4) of `state` at `now`.
 std::string prometheus_text(const MetricsState& state, Clock::time_point now);
 
-// One metrics.jsonl line per rank and per GPU of a sample.
-std::vector<nlohmann::ordered_json> sample_lines(const NodeSample& sample);
+// One metrics.jsonl line per rank and per GPU of a sample; a rank's line
+// says whether it is a straggler this attempt (`stragglers`, by rank).
+std::vector<nlohmann::ordered_json> sample_lines(const NodeSample& sample, const std::vector<bool>& stragglers);
 
 class MetricsRecorder : public JobObserver {
  public:
@@ -62,6 +63,8 @@ class MetricsRecorder : public JobObserver {
   const std::string& write_error() const { return file_.error(); }
 
  private:
+  void note_stragglers(const std::vector<metrics::Straggler>& found);
+
   MetricsState state_;
   AppendFile file_;
   std::optional<metrics::StragglerDetector> stragglers_;

@@ -63,7 +63,8 @@ nlohmann::ordered_json rank_table(const RunInfo& run);
 
 // The newest samples of a run (--sample-every), from the end of its
 // metrics.jsonl: "ranks" (rank -> its newest line), "gpus" (its newest line
-// per node and GPU), and "stragglers" (the ranks its events named). Empty
+// per node and GPU), and "stragglers" (the ranks whose newest line says
+// so: named this attempt; metrics.jsonl alone is read). Empty
 // objects and array when the run was not sampled.
 nlohmann::ordered_json newest_samples(const RunInfo& run);
 
