@@ -54,15 +54,16 @@ def sample(pid):
     return launcher
 
 
-def one_run(ctx, row, seconds):
+def one_run(ctx, row, seconds, n=N):
+    """One run of `n` sleeping ranks: the launcher's peak RSS into row.values, its CPU in row.extra."""
     out, err = os.path.join(ctx.work, "footprint.out"), os.path.join(ctx.work, "footprint.err")
     run = run_once(row.peer.argv, ctx.env, ctx.root, out, err, timeout=float(seconds) + 600, sampler=sample)
     if run.returncode != 0 or run.timed_out:
         row.fail(f"{describe_exit(run.returncode)}: {tail(err)}")
         return
-    full = [s for s in run.samples if s["ranks"] == N]
+    full = [s for s in run.samples if s["ranks"] == n]
     if not full:
-        row.fail(f"never saw {N} sleeping ranks at once")
+        row.fail(f"never saw {n} sleeping ranks at once")
         return
     row.values.append(max(s["hwm"] for s in full))
     row.extra.setdefault("tree_cpu", []).append(run.cpu)

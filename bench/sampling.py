@@ -1,26 +1,8 @@
 """13. Sampling: what --sample-every costs the launcher while ranks sleep."""
-import os
-
-from footprint import sample
-from harness import Peer, Row, describe_exit, median, run_once, tail
+from footprint import one_run
+from harness import Peer, Row, median
 from peers import alternate, sgpu
 from report import Section, fmt_kib, shell, timing_table
-
-
-def one_run(ctx, row, n, seconds):
-    out, err = os.path.join(ctx.work, "sampling.out"), os.path.join(ctx.work, "sampling.err")
-    run = run_once(row.peer.argv, ctx.env, ctx.root, out, err, timeout=float(seconds) + 600, sampler=sample)
-    if run.returncode != 0 or run.timed_out:
-        row.fail(f"{describe_exit(run.returncode)}: {tail(err)}")
-        return
-    full = [s for s in run.samples if s["ranks"] == n]
-    if len(full) < 2:
-        row.fail(f"never saw {n} sleeping ranks at once for long")
-        return
-    row.values.append(max(s["hwm"] for s in full))
-    row.extra.setdefault("tree_cpu", []).append(run.cpu)
-    span = full[-1]["t"] - full[0]["t"]
-    row.extra.setdefault("idle_cpu", []).append((full[-1]["cpu"] - full[0]["cpu"]) / span)
 
 
 def run(ctx):
@@ -42,7 +24,7 @@ def run(ctx):
         rows.append(Row(Peer(f"sgpu, {name}", argv, "sgpu" if not rows else "peer")))
     n_of = {r.peer.name: spec[1] for r, spec in zip(rows, specs)}
     rounds = 1 if ctx.quick and not ctx.rounds else ctx.rounds_for(2)
-    alternate(ctx, "sampling", rows, rounds, lambda row, i: one_run(ctx, row, n_of[row.peer.name], seconds))
+    alternate(ctx, "sampling", rows, rounds, lambda row, i: one_run(ctx, row, seconds, n_of[row.peer.name]))
     busy = lambda r: f"{median(r.extra['idle_cpu']) * 1e3:.3f} ms CPU/s" if r.extra.get("idle_cpu") else "-"
     whole = lambda r: f"{median(r.extra['tree_cpu']) * 1e3:.1f} ms" if r.extra.get("tree_cpu") else "-"
     s.table = timing_table(rows, value_name="peak RSS", fmt=fmt_kib,
@@ -51,7 +33,7 @@ def run(ctx):
     if not all(r.ok for r in rows):
         s.sgpu_failure = next(r.failure for r in rows if not r.ok)
         return s
-    cpu = [median(r.extra["idle_cpu"]) for r in rows]
+    cpu = [median(r.extra.get("idle_cpu", [0.0])) for r in rows]
     rss = [median(r.values) for r in rows]
     s.headline.append(("default sampling ÷ off, 8 ranks: launcher peak RSS", f"{rss[1] / rss[0]:.3f}x"))
     tree = [median(r.extra["tree_cpu"]) for r in rows]
