@@ -36,9 +36,9 @@ namespace {
 // and the console: `ended` once every rank of an attempt has exited or the
 // job tears down (the params not sent yet then wait for the end, not
 // holding the loop), and each node's sample (--sample-every: system metrics).
-class RanksEnded final : public JobObserver {
+class TrackerFeed final : public JobObserver {
  public:
-  RanksEnded(std::size_t ranks, std::function<void()> ended, std::function<void(const NodeSample&)> sampled)
+  TrackerFeed(std::size_t ranks, std::function<void()> ended, std::function<void(const NodeSample&)> sampled)
       : ranks_(ranks), ended_(std::move(ended)), sampled_(std::move(sampled)) {}
   void on_sample(const NodeSample& sample) override { sampled_(sample); }
   void on_rank_exited(int, const env::ExitStatus&, bool) override {
@@ -196,7 +196,7 @@ class Engine final : public JobHost {
     // spec.json is final now: it goes beside the job, not at its end.
     tracker_->upload_now((std::filesystem::path(plan.run_dir) / "spec.json").string(), "spec.json");
     bool several_nodes = !plan.ranks.empty() && plan.ranks.front().place.nnodes > 1;
-    outputs_->add_observer(ranks_ended_.emplace(
+    outputs_->add_observer(tracker_feed_.emplace(
         plan.ranks.size(), [&] { tracker_->ranks_ended(); },
         [&, several_nodes](const NodeSample& sample) { tracker_->log_sample(sample, several_nodes); }));
   }
@@ -226,7 +226,7 @@ class Engine final : public JobHost {
   // state.json (written as the outputs are made) records the key.
   std::optional<KeyLock> key_lock_;
   std::unique_ptr<JobOutputs> outputs_;
-  std::optional<RanksEnded> ranks_ended_;  // the observer when tracked
+  std::optional<TrackerFeed> tracker_feed_;  // the observer when tracked
   std::optional<ControlSocket> control_;
   StacksTaker stacks_taker_;
   std::string control_dir_;
