@@ -361,6 +361,7 @@ int launch(LaunchRequest request) {
 
 int dry_run(LaunchRequest request) {
   auto ctx = context_of(request);
+  ctx.dry_run = true;
   try {
     const auto& info = choose_backend(ctx.spec, ctx.inherited);
     auto backend = info.make();
@@ -374,6 +375,7 @@ int dry_run(LaunchRequest request) {
     in.nodes = layout.nodes;
     in.master_addr = layout.master_addr;
     in.notes = layout.notes;
+    in.env_sync = layout.env_sync;
     in.backend = info.name;
     in.inherited = ctx.inherited;
     in.cwd = ctx.cwd;

@@ -31,6 +31,7 @@
 #include "sgpu/launcher/outputs/run_state_file.hpp"
 #include "sgpu/launcher/outputs/status_line.hpp"
 #include "sgpu/launcher/outputs/summary.hpp"
+#include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
 #include "sgpu/launcher/runs/retire.hpp"
@@ -157,6 +158,11 @@ struct JobOutputs::Impl {
                             {"master_port", spec["master_port"]},
                             {"routes", spec["routes"]},
                             {"slowest_ms", slowest_connect_ms(plan.routes)}});
+    if (plan.env_sync) {  // --sync-env: each node's copy of the environment, before its agent started
+      auto event = nlohmann::ordered_json{{"event", "env_synced"}};
+      event.update(env_sync_json(*plan.env_sync));
+      run_log.append_event(event);
+    }
     dir_watch.emplace(io, plan.run_dir, [this] { run_dir_deleted(); });
     fanout.add(*dir_watch);
     for (const auto& r : plan.ranks) {

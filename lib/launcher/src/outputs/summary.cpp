@@ -8,6 +8,7 @@
 #include "sgpu/launcher/io/json_depth.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/outputs/run_log.hpp"
+#include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/runs/idempotency.hpp"
 
@@ -164,6 +165,7 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
       {"master_addr", plan.master_addr.empty() ? "127.0.0.1" : plan.master_addr},
       {"master_port", plan.master_port},
       {"routes", routes_json(plan)},
+      {"environment", plan.env_sync ? env_sync_json(*plan.env_sync) : json(nullptr)},
       {"timeout_s", seconds_or_null(plan.timeout)},
       {"grace_s", plan.grace.count()},
       {"hang_timeout_s", seconds_or_null(plan.hang_timeout)},

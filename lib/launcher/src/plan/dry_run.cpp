@@ -95,6 +95,7 @@ DryRun make_dry_run(const ResolvedSpec& resolved, const DryRunInputs& in) {
   d.settings = resolved.settings;
   d.notes = resolved.notes;
   d.notes.insert(d.notes.end(), in.notes.begin(), in.notes.end());
+  d.env_sync = in.env_sync;
   d.master_port_fixed = spec.master_port.has_value();
   auto nodes = static_cast<int>(in.nodes.size());
   std::string master_addr = spec.rendezvous.master_addr.empty() ? in.master_addr : spec.rendezvous.master_addr;
@@ -176,6 +177,11 @@ std::string dry_run_text(const DryRun& d) {
     out += "\nsettings (where each value came from):\n";
     for (const auto& s : d.settings)
       out += fmt::format("  {} = {}  ({})\n", s.key, value_text(s), origin_text(s.origin));
+  }
+  if (d.env_sync) {
+    out += fmt::format("environment: {} (Python {}, {} package{}; --sync-env)\n", d.env_sync->hash, d.env_sync->python,
+                       d.env_sync->packages, d.env_sync->packages == 1 ? "" : "s");
+    for (const auto& n : d.env_sync->nodes) out += fmt::format("  {}: {}\n", n.node, env_sync_node_text(n, true));
   }
   for (const auto& note : d.notes) out += fmt::format("note: {}\n", note);
   for (const auto& node : d.nodes) {
@@ -268,7 +274,29 @@ std::string dry_run_json(const DryRun& d) {
   for (const auto& s : d.settings)
     doc["settings"].push_back({{"key", s.key}, {"value", value_json(s)}, {"from", origin_text(s.origin)}});
   doc["notes"] = d.notes;
+  doc["environment"] = d.env_sync ? json(env_sync_json(*d.env_sync)) : json(nullptr);
   return doc.dump(2) + "\n";
+}
+
+nlohmann::ordered_json env_sync_json(const LaunchPlan::EnvSync& sync) {
+  auto nodes = nlohmann::ordered_json::array();
+  for (const auto& n : sync.nodes)
+    nodes.push_back({{"node", n.node},
+                     {"present", n.present},
+                     {"wheels_shipped", n.wheels},
+                     {"uv_shipped", n.uv},
+                     {"bytes_shipped", n.bytes},
+                     {"interpreter", n.interpreter}});
+  return {{"hash", sync.hash}, {"python", sync.python}, {"packages", sync.packages}, {"nodes", nodes}};
+}
+
+std::string env_sync_node_text(const LaunchPlan::EnvSync::Node& node, bool dry) {
+  if (node.present) return "has the environment already: nothing shipped";
+  std::string what =
+      node.wheels == 0 ? std::string("no wheels") : fmt::format("{} wheel{}", node.wheels, node.wheels == 1 ? "" : "s");
+  if (node.uv) what += " and uv";
+  return fmt::format("{} {} ({:.1f} MiB) and build{} it", dry ? "would get" : "got", what,
+                     static_cast<double>(node.bytes) / (1024.0 * 1024.0), dry ? "" : "s");
 }
 
 }  // namespace sgpu::launcher

@@ -56,6 +56,7 @@ struct LaunchContext {
   env::Environment inherited;  // sgpu's own environment
   std::string cwd;
   std::string self_exe;  // this sgpu binary: what agents on other nodes run
+  bool dry_run = false;  // --dry-run: check() may look, never build or ship
 };
 
 // A node as --dry-run shows it: its name ("this node", "gpu-a", "node3 (SLURM
@@ -65,8 +66,9 @@ using PlannedNode = DryRunNode;
 
 struct PlannedLayout {
   std::vector<PlannedNode> nodes;
-  std::string master_addr;         // "" on one node (127.0.0.1)
-  std::vector<std::string> notes;  // settings the backend will not use, said once
+  std::string master_addr;                      // "" on one node (127.0.0.1)
+  std::vector<std::string> notes;               // settings the backend will not use, said once
+  std::optional<LaunchPlan::EnvSync> env_sync;  // --sync-env: what each node has or would get
 };
 
 // How run() ended: the job this process hosted (every rank seen by the

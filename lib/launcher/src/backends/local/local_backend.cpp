@@ -117,7 +117,7 @@ class LocalBackend : public Backend {
     discover(ctx);  // --dry-run shows the node's GPUs, whatever the ranks use
     std::vector<std::string> notes;
     if (!left_out_.empty()) notes.push_back(left_out_);
-    return {{{"this node", discovery_.gpus}}, "", notes};
+    return {{{"this node", discovery_.gpus}}, "", notes, std::nullopt};
   }
 
   // The whole plan is validated before the disk is touched.

@@ -22,7 +22,9 @@
 #include "backends/ssh/ssh_settings.hpp"
 #include "backends/ssh/sync.hpp"
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/job/cluster_job.hpp"
+#include "sgpu/launcher/plan/dry_run.hpp"
 #include "sgpu/rendezvous/endpoint.hpp"
 
 namespace sgpu::launcher {
@@ -149,6 +151,20 @@ class Handler : public SshNodesHandler {
   env::JobEnd* pending_end_ = nullptr;
 };
 
+// --sync-env: one line for the environment, then a line per node that gets
+// something (all of them when they are few).
+void announce_env_sync(const LaunchPlan::EnvSync& sync) {
+  int shipping = 0;
+  for (const auto& n : sync.nodes) shipping += n.present ? 0 : 1;
+  diagnostic("sgpu: --sync-env: environment {} (Python {}, {} package{}): {} of {} node{} {}\n", sync.hash, sync.python,
+             sync.packages, sync.packages == 1 ? "" : "s", sync.nodes.size() - shipping, sync.nodes.size(),
+             sync.nodes.size() == 1 ? "" : "s", sync.nodes.size() == 1 ? "has it" : "have it");
+  int shown = 0;
+  for (const auto& n : sync.nodes)
+    if (!n.present && shown++ < 8) diagnostic("sgpu:   {}: {}\n", n.node, env_sync_node_text(n, false));
+  if (shipping > 8) diagnostic("sgpu:   and {} more nodes\n", shipping - 8);
+}
+
 }  // namespace
 
 std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
@@ -216,6 +232,7 @@ JobSpec node_job_spec(const SshLaunch& in, const ssh::Settings& s, int ranks) {
   JobSpec node_spec = in.spec;
   if (auto py = in.inherited.find("SGPU_PYTHON"); node_spec.python.empty() && py != in.inherited.end())
     node_spec.python = py->second;
+  if (in.env) node_spec.python.clear();  // each node's copy of the environment: SGPU_PYTHON, set per node
   if (node_spec.gpus) node_spec.gpus = ranks;
   ssh::RemoteEnvSources sources;
   sources.spec_env = in.spec.env;
@@ -277,6 +294,8 @@ std::vector<SshNode> node_steps(const SshLaunch& in, const std::vector<ssh::Node
     boot.cd = remote_sync + (sync.node_cwd == "." ? "" : "/" + sync.node_cwd);
     boot.remove_after = remote_sync;  // each run ships its own copy: none is left behind
   }
+  std::vector<std::string> env_tars;
+  if (in.env) env_tars = ssh::make_env_tarballs(*in.env, job.run_dir());
   std::vector<SshNode> nodes;
   for (std::size_t k = 0; k < chosen.size(); ++k) {
     const auto& host = chosen[k].entry;
@@ -287,7 +306,11 @@ std::vector<SshNode> node_steps(const SshLaunch& in, const std::vector<ssh::Node
     if (!s.sync.empty())
       node.steps.push_back(
           {"unpacking --sync " + s.sync, ssh::ssh_argv(opts, host, ssh::unpack_script(remote_sync)), tarball, ""});
+    if (in.env && !env_tars[k].empty())
+      node.steps.push_back({"building the Python environment (--sync-env)",
+                            ssh::ssh_argv(opts, host, ssh::env_build_command(in.env->lock)), env_tars[k], ""});
     auto b = boot;
+    if (in.env) b.exports.emplace_back("SGPU_PYTHON", ssh::env_python(in.env->lock, in.env->probes[k].home));
     if (!chosen[k].devices.empty()) {
       std::string list;
       for (int d : chosen[k].devices) list += (list.empty() ? "" : ",") + std::to_string(d);
@@ -318,6 +341,10 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
   for (const auto& n : chosen) copts.node_names.push_back(n.entry.host);
   copts.master_addr = in.spec.rendezvous.master_addr;
   copts.run = run;
+  if (in.env) {
+    copts.env_sync = ssh::env_sync_record(*in.env, chosen);
+    announce_env_sync(*copts.env_sync);
+  }
   // Once the run is over, the sessions still open are ended and waited for:
   // an agent stops its ranks within the grace, then a few seconds for ssh.
   Handler* handler_at_end = nullptr;
@@ -345,6 +372,14 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
   handler.attach(starter);
   handler_at_end = &handler;
   starter.start();
+  // --sync-env's tars were read by the steps before the agents: none stays.
+  struct DropTars {
+    std::string dir;
+    ~DropTars() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(fs::path(dir) / "env-sync", ec);
+    }
+  } drop_tars{in.env ? job.run_dir() : std::string()};
   try {
     return job.run();  // once the job ended everywhere and every ssh has exited
   } catch (const Error&) {
@@ -371,6 +406,9 @@ class SshBackend : public Backend {
     in_.join_timeout = limits.join_timeout;
     in_.heartbeat_timeout = limits.heartbeat_timeout;
     chosen_ = choose_ssh_hosts(ctx.spec);  // reads the hostfile: its mistakes are said before any ssh
+    // --sync-env: every node is asked now, so one that cannot run the
+    // environment is said before the run exists.
+    if (s.sync_env) in_.env = ssh::prepare_env_sync(spec, ctx.inherited, chosen_, ssh_options(spec), ctx.dry_run);
   }
 
   PlannedLayout describe(const LaunchContext& ctx) override {
@@ -378,6 +416,7 @@ class SshBackend : public Backend {
     for (const auto& n : chosen_) layout.nodes.push_back({n.entry.host, std::nullopt});
     layout.master_addr = ctx.spec.rendezvous.master_addr.empty() && !chosen_.empty() ? chosen_.front().entry.host
                                                                                      : ctx.spec.rendezvous.master_addr;
+    if (in_.env) layout.env_sync = ssh::env_sync_record(*in_.env, chosen_);
     return layout;
   }
 

@@ -4,9 +4,11 @@
 // runs the job through the rendezvous (ClusterJob) as if it were local. A
 // host that cannot be reached, lacks sgpu, or dies is named in the error and
 // decides sgpu's exit code (ssh's 255, 127, 128+N).
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backends/ssh/env_ship.hpp"
 #include "backends/ssh/hosts.hpp"
 #include "backends/ssh/ssh_scripts.hpp"
 #include "sgpu/env/duration.hpp"
@@ -25,6 +27,7 @@ namespace sgpu::launcher {
 struct SshLaunch : LaunchContext {
   env::Seconds join_timeout{600};
   env::Seconds heartbeat_timeout{10};
+  std::optional<ssh::EnvSyncState> env;  // --sync-env: the lock and what each node has
 };
 
 // The hosts chosen for the job and the ranks on each (every node runs the

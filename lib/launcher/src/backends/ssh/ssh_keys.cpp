@@ -109,6 +109,11 @@ std::vector<KeyInfo> spec_keys() {
        .flags = "--ship-sgpu",
        .help = "copy this sgpu binary to hosts that lack one",
        .apply = [](JobSpec& s, const S& v) { edit(s).ship_sgpu = as_bool(v); }},
+      {.path = "ssh.sync_env",
+       .kind = K::Bool,
+       .flags = "--sync-env",
+       .help = "replicate the job's Python environment (--python's) on every node, offline, cached by its lock",
+       .apply = [](JobSpec& s, const S& v) { edit(s).sync_env = as_bool(v); }},
   };
 }
 

@@ -26,6 +26,7 @@ struct Settings {
   std::string sync;                      // a directory shipped to every node
   std::vector<std::string> sync_exclude;
   bool ship_sgpu = false;  // copy this sgpu binary to hosts without one
+  bool sync_env = false;   // replicate the job's Python environment on every node (env_sync.hpp)
 };
 
 inline const Settings& settings(const JobSpec& spec) { return spec.backend_settings.get<Settings>(); }

@@ -69,6 +69,9 @@ struct ClusterOptions {
   // The scheduler's end of the allocation (SLURM's EndTime), when known:
   // --signal-before counts back from it when it comes before the timeout.
   std::optional<Clock::time_point> end_by{};
+  // --sync-env: what each node had or was sent, for the job's plan (the
+  // summary, the events).
+  std::optional<LaunchPlan::EnvSync> env_sync{};
 };
 
 // --join-timeout and --heartbeat-timeout from the spec, checked (a limit,

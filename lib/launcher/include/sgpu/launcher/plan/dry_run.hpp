@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sgpu/env/gpu.hpp"
 #include "sgpu/env/rank_env.hpp"
 #include "sgpu/launcher/plan/plan.hpp"
@@ -29,7 +31,13 @@ struct DryRun {
   bool master_port_fixed = false;
   std::vector<Setting> settings;
   std::vector<std::string> notes;
+  std::optional<LaunchPlan::EnvSync> env_sync;
 };
+
+// --sync-env's record, as the dry run, summary.json and the events give it.
+nlohmann::ordered_json env_sync_json(const LaunchPlan::EnvSync& sync);
+// One node's part in words: "built there already", "gets 2 wheels and uv (41.3 MiB)".
+std::string env_sync_node_text(const LaunchPlan::EnvSync::Node& node, bool dry);
 
 // One node as the chosen backend lays the job out (backend.hpp's
 // PlannedNode is this type: the plan stays below the backends).
@@ -40,9 +48,10 @@ struct DryRunNode {
 
 struct DryRunInputs {
   std::vector<DryRunNode> nodes;
-  std::string master_addr;         // "" on one node
-  std::vector<std::string> notes;  // the backend's
-  std::string backend;             // "local", "static", "ssh", "slurm"
+  std::string master_addr;                      // "" on one node
+  std::vector<std::string> notes;               // the backend's
+  std::optional<LaunchPlan::EnvSync> env_sync;  // --sync-env, per node
+  std::string backend;                          // "local", "static", "ssh", "slurm"
   env::Environment inherited;
   std::string cwd;
   std::string executable;

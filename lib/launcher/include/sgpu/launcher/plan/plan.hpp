@@ -2,6 +2,7 @@
 // Turns a JobSpec into the exact ranks to start on this node: who gets which
 // GPU, each rank's full environment, the command and the limits. make_plan is
 // pure; resolve_program does the file-system look-ups it needs.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,23 @@ struct LaunchPlan {
     double connect_ms = 0;  // node 0: its listen
   };
   std::vector<NodeRoute> routes;
+  // --sync-env: the job's Python environment, as each node had it or got it
+  // before its agent started.
+  struct EnvSync {
+    std::string hash;    // the lock's: 16 hex digits
+    std::string python;  // "3.11.7"
+    int packages = 0;    // replicated: the environment's own
+    struct Node {
+      std::string node;
+      bool present = false;     // built there already: nothing shipped
+      int wheels = 0;           // shipped
+      bool uv = false;          // uv shipped
+      std::uint64_t bytes = 0;  // shipped
+      std::string interpreter;  // the node's copy's python
+    };
+    std::vector<Node> nodes;
+  };
+  std::optional<EnvSync> env_sync;
 };
 
 // What make_plan needs from the outside world, gathered by the caller.

@@ -1,0 +1,220 @@
+// --sync-env on the launcher node: the job's interpreter describes its
+// environment and makes the wheels its nodes will need (env_sync.hpp).
+#include <unistd.h>
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <boost/asio/io_context.hpp>
+
+#include "backends/ssh/env_sync.hpp"
+#include "sgpu/env/error.hpp"
+#include "sgpu/launcher/process/command.hpp"
+
+namespace sgpu::launcher::ssh {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Runs in the job's interpreter. A distribution inside the virtual
+// environment is replicated: from its installed files and RECORD (the
+// bytes this node runs, no index needed; byte-identical each time, so its
+// key, the RECORD's hash, names the wheel for good), or, when it is an
+// editable install, as a wheel pip builds from its source tree (keyed by the
+// tree's contents). What it sees outside the environment is the system's.
+constexpr const char* kInspect = R"PY(
+import base64, csv, fcntl, hashlib, io, json, os, platform, re, shutil, subprocess, sys, sysconfig, tempfile, zipfile
+import urllib.parse
+from importlib import metadata
+
+cache, build = sys.argv[1], sys.argv[2] == "1"
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+
+def fail(message):
+    print(json.dumps({"error": message}))
+    sys.exit(0)
+
+prefix = os.path.realpath(sys.prefix)
+venv = sys.prefix != sys.base_prefix
+system_site = not venv
+cfg = os.path.join(sys.prefix, "pyvenv.cfg")
+if venv and os.path.isfile(cfg):
+    with open(cfg) as f:
+        for line in f:
+            k, _, v = line.partition("=")
+            if k.strip() == "include-system-site-packages":
+                system_site = v.strip().lower() == "true"
+out = {"version": platform.python_version(), "minor": "%d.%d" % sys.version_info[:2],
+       "implementation": sys.implementation.name, "platform": sysconfig.get_platform(),
+       "venv": venv, "system_site": system_site, "packages": [], "system": {}, "skipped": []}
+FIXED = (1980, 1, 1, 0, 0, 0)
+
+def tree_key(root):
+    h = hashlib.sha256()
+    skip = {".git", "__pycache__", "build", "dist", ".venv", ".tox", ".eggs", ".mypy_cache", ".pytest_cache"}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x not in skip and not x.endswith(".egg-info"))
+        for name in sorted(files):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            p = os.path.join(d, name)
+            h.update(os.path.relpath(p, root).encode() + b"\0")
+            try:
+                with open(p, "rb") as f:
+                    h.update(hashlib.sha256(f.read()).digest())
+            except OSError:
+                pass
+    return h.hexdigest()[:16]
+
+def first_tag(d):
+    for line in (d.read_text("WHEEL") or "").splitlines():
+        k, _, v = line.partition(":")
+        if k.strip() == "Tag":
+            return v.strip()
+    return "py3-none-any"
+
+def digest(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+def repack(d, rows, dest):
+    base = str(d.locate_file(""))
+    info = next(r[0].split("/")[0] for r in rows if r and r[0].endswith(".dist-info/METADATA"))
+    scripts = {e.name for e in d.entry_points if e.group in ("console_scripts", "gui_scripts")}
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    tmp = "%s.part%d" % (dest, os.getpid())
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for row in rows:
+            if not row:
+                continue
+            path = row[0]
+            parts = path.split("/")
+            if path.startswith("..") or os.path.isabs(path):
+                if parts[-1] not in scripts:  # console scripts are written again from entry_points.txt
+                    out["skipped"].append("%s %s: %s" % (d.metadata["Name"], d.version, path))
+                continue
+            if "__pycache__" in parts or path.endswith(".pyc"):
+                continue
+            if parts[0] == info and parts[-1] in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
+                continue
+            full = os.path.join(base, path)
+            with open(full, "rb") as f:
+                data = f.read()
+            zi = zipfile.ZipInfo(path, FIXED)
+            zi.external_attr = (os.stat(full).st_mode & 0xFFFF) << 16
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(zi, data)
+            writer.writerow([path, digest(data), len(data)])
+        writer.writerow([info + "/RECORD", "", ""])
+        zi = zipfile.ZipInfo(info + "/RECORD", FIXED)
+        zi.compress_type = zipfile.ZIP_DEFLATED
+        z.writestr(zi, record.getvalue())
+    os.replace(tmp, dest)
+
+def built(key):
+    d = os.path.join(cache, key)
+    found = sorted(f for f in os.listdir(d) if f.endswith(".whl")) if os.path.isdir(d) else []
+    return found[0] if found else None
+
+seen = set()
+for d in metadata.distributions():
+    name = d.metadata["Name"]
+    if not name or norm(name) in seen:
+        continue  # the first on sys.path is the one imported
+    seen.add(norm(name))
+    where = os.path.realpath(str(d.locate_file("")))
+    if not venv or not (where + os.sep).startswith(prefix + os.sep):
+        out["system"][norm(name)] = d.version
+        continue
+    try:
+        url = json.loads(d.read_text("direct_url.json") or "null")
+    except ValueError:
+        url = None
+    editable = bool(url and url.get("dir_info", {}).get("editable"))
+    entry = {"name": norm(name), "version": d.version, "editable": editable, "wheel": ""}
+    if editable:
+        src = urllib.parse.unquote(urllib.parse.urlparse(url.get("url", "")).path)
+        entry["source"] = src
+        entry["key"] = key = tree_key(src)
+        whl = built(key)
+        if whl is None and build:
+            os.makedirs(cache, exist_ok=True)
+            # One build of a source tree at a time: setuptools builds in the tree.
+            lock = open(os.path.join(cache, ".build-%s.lock" % key), "w")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            whl = built(key)
+        if whl is None and build:
+            tmpd = tempfile.mkdtemp(dir=cache, prefix=".build-")
+            r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                                "--disable-pip-version-check", "-w", tmpd, src], capture_output=True, text=True)
+            made = [f for f in os.listdir(tmpd) if f.endswith(".whl")]
+            if r.returncode != 0 or not made:
+                shutil.rmtree(tmpd, ignore_errors=True)
+                why = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
+                fail("cannot build a wheel of the editable package %s from %s with %s -m pip wheel: %s"
+                     % (name, src, sys.executable, why))
+            os.makedirs(os.path.join(cache, key), exist_ok=True)
+            os.replace(os.path.join(tmpd, made[0]), os.path.join(cache, key, made[0]))
+            shutil.rmtree(tmpd, ignore_errors=True)
+            whl = made[0]
+    else:
+        record = d.read_text("RECORD")
+        if record is None:
+            fail("cannot replicate %s %s from %s: it was installed without a RECORD (not by pip or uv); reinstall "
+                 "it with pip or uv" % (name, d.version, sys.prefix))
+        entry["key"] = key = hashlib.sha256(record.encode()).hexdigest()[:16]
+        whl = built(key)
+        if whl is None and build:
+            whl = "%s-%s-%s.whl" % (re.sub(r"[-_.]+", "_", name), d.version.replace("-", "_"), first_tag(d))
+            os.makedirs(os.path.join(cache, key), exist_ok=True)
+            try:
+                repack(d, list(csv.reader(record.splitlines())), os.path.join(cache, key, whl))
+            except (OSError, StopIteration) as e:
+                fail("cannot make a wheel of %s %s from its installed files: %s" % (name, d.version, e))
+    if whl:
+        entry["wheel"] = key + "/" + whl
+        entry["bytes"] = os.path.getsize(os.path.join(cache, key, whl))
+    out["packages"].append(entry)
+print(json.dumps(out))
+)PY";
+
+// uv for the nodes: $SGPU_UV, else the one beside the job's interpreter (a
+// virtual environment that has uv), else the PATH's.
+std::string find_uv(const std::string& interpreter, const env::Environment& environment) {
+  if (auto it = environment.find("SGPU_UV"); it != environment.end() && !it->second.empty()) {
+    if (::access(it->second.c_str(), X_OK) != 0)
+      throw Error(fmt::format("SGPU_UV={}: not an executable file", it->second), 2);
+    return fs::absolute(it->second).string();
+  }
+  auto beside = fs::path(interpreter).parent_path() / "uv";
+  std::error_code ec;
+  if (interpreter.find('/') != std::string::npos && fs::is_regular_file(beside, ec) &&
+      ::access(beside.c_str(), X_OK) == 0)
+    return fs::absolute(beside).string();
+  return find_on_path("uv", environment);
+}
+
+}  // namespace
+
+const char* env_inspect_script() { return kInspect; }
+
+EnvLock inspect_environment(const std::string& interpreter, const env::Environment& environment, bool build) {
+  boost::asio::io_context io;
+  CommandResult result;
+  auto cache = wheel_cache_dir(environment);
+  run_command(io, {interpreter, "-c", kInspect, cache, build ? "1" : "0"}, environment, std::chrono::minutes(10),
+              64U << 20, [&result](CommandResult r) { result = std::move(r); });
+  io.run();
+  if (!result.status)
+    throw Error(fmt::format("--sync-env: cannot run the job's interpreter {}: {}", interpreter, result.start_error), 1);
+  if (!result.ok())
+    throw Error(fmt::format("--sync-env: {} could not describe its environment ({}): {}", interpreter,
+                            result.timed_out ? "no answer in 10 minutes" : result.status->describe(),
+                            result.err.substr(result.err.size() > 400 ? result.err.size() - 400 : 0)),
+                1);
+  auto lock = parse_env_lock(result.out, interpreter);
+  lock.uv = find_uv(interpreter, environment);
+  return lock;
+}
+
+}  // namespace sgpu::launcher::ssh

@@ -1,0 +1,119 @@
+#pragma once
+// --sync-env: the job's Python environment replicated on every node, offline.
+//
+// On the launcher node, the job's interpreter describes itself (a lock): its
+// Python, platform, and every distribution its virtual environment holds,
+// each with a key (the hash of its installed RECORD, or of an editable
+// package's source tree). Each distribution becomes a wheel in the
+// launcher's wheel cache (~/.cache/sgpu/wheels/<key>/) once: rebuilt from
+// the installed files themselves, so no package index is needed anywhere,
+// or, for an editable package, built from its source with pip. The packages
+// it sees from outside the environment (--system-site-packages) are the
+// system packages every node must have alike.
+//
+// Each node is asked (one ssh command) what it has: its python3.X, its
+// platform and system packages, the wheels of its cache, and whether the
+// environment of this lock's hash is there already. A node that cannot run
+// the environment is an error naming it before anything starts; a node that
+// lacks the environment gets the wheels it lacks (and uv), and builds it
+// under ~/.cache/sgpu/envs/<hash>/ with uv, offline, once: a lock file makes
+// a second launch wait for the first's build and use it.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sgpu/launcher/plan/plan.hpp"
+
+namespace sgpu::launcher::ssh {
+
+struct EnvPackage {
+  std::string name;     // normalised ("my-pkg")
+  std::string version;  // as installed
+  std::string key;      // 16 hex digits: what identifies its files
+  std::string wheel;    // "<key>/<file>.whl" under the wheel cache; "" when not built (a dry run)
+  bool editable = false;
+  std::string source;  // an editable package's directory
+  std::uint64_t bytes = 0;
+};
+
+struct EnvLock {
+  std::string interpreter;  // the job's, as given
+  std::string version;      // "3.11.7"
+  std::string minor;        // "3.11": the node runs python3.11
+  std::string implementation;
+  std::string platform;  // sysconfig.get_platform(): "linux-x86_64"
+  bool venv = false;
+  bool system_site = false;                   // include-system-site-packages
+  std::vector<EnvPackage> packages;           // the environment's own, by name
+  std::map<std::string, std::string> system;  // what it sees outside itself: name -> version
+  std::vector<std::string> skipped;           // installed files a wheel cannot carry (outside site-packages)
+  std::string hash;                           // lock_hash(): 16 hex digits
+  std::string uv;                             // the uv binary shipped to nodes; "" none found (pip builds there)
+};
+
+// The inspection's JSON (env_inspect_script's output). Throws sgpu::Error with
+// the inspection's own message, or naming the interpreter when it is not JSON.
+EnvLock parse_env_lock(const std::string& json, const std::string& interpreter);
+// What identifies the environment a node builds: Python, platform, whether
+// it sees the system's packages, and every package's name, version and key.
+std::string lock_text(const EnvLock& lock);
+std::string lock_hash(const EnvLock& lock);
+
+// One node's answer to env_probe_command.
+struct NodeProbe {
+  std::string home;              // the remote $HOME
+  std::string python;            // its python3.X ("" none on the PATH)
+  std::string version;           // that interpreter's "3.11.2"
+  std::string other_python;      // when there is none: what `python3 --version` said ("" nothing)
+  std::string implementation;    // "cpython"
+  std::string platform;          // "linux-x86_64"
+  std::map<std::string, std::string> system;
+  std::vector<std::string> keys;  // the wheel keys its cache holds
+  bool env_ready = false;         // ~/.cache/sgpu/envs/<hash> is built
+  bool has_uv = false;            // this launch's uv is there
+};
+
+// The probe's output, or a one-line reason why it is not one.
+std::optional<NodeProbe> parse_node_probe(const std::string& text, std::string& why);
+
+// Why `node` cannot run the environment (another Python, platform, a system
+// package missing or of another version), or "" when it can. Pure.
+std::string judge_node(const EnvLock& lock, const NodeProbe& probe, const std::string& node);
+
+// What one node gets: the wheels it lacks, and uv when it has none.
+struct NodeShipment {
+  std::vector<const EnvPackage*> wheels;
+  bool uv = false;
+  std::uint64_t bytes = 0;
+};
+NodeShipment shipment_for(const EnvLock& lock, const NodeProbe& probe, std::uint64_t uv_bytes);
+
+// The remote name of the uv binary this launch ships, "bin/uv-<size>-<mtime>"
+// under ~/.cache/sgpu; "" without uv.
+std::string uv_remote_name(const EnvLock& lock);
+
+// The ssh command's remote script that prints a NodeProbe's JSON on stdout.
+std::string env_probe_command(const EnvLock& lock);
+// The remote script that unpacks a tar from stdin into ~/.cache/sgpu and
+// builds the environment of `lock.hash` unless it is there (holding its lock
+// file while it does); prints "sgpu-env: built" or "sgpu-env: found".
+std::string env_build_command(const EnvLock& lock);
+// The node's interpreter of the environment, under its $HOME.
+std::string env_python(const EnvLock& lock, const std::string& home);
+
+// The launcher's wheel cache: $XDG_CACHE_HOME/sgpu/wheels or ~/.cache/sgpu/wheels.
+std::string wheel_cache_dir(const env::Environment& environment);
+
+// The Python program that describes (and with "1", builds the wheels of) the
+// interpreter it runs in: argv[1] the wheel cache, argv[2] "1" or "0".
+const char* env_inspect_script();
+
+// --- impure: processes ---
+
+// Runs the job's interpreter with env_inspect_script; `build` makes the
+// missing wheels. Throws sgpu::Error naming the interpreter.
+EnvLock inspect_environment(const std::string& interpreter, const env::Environment& environment, bool build);
+
+}  // namespace sgpu::launcher::ssh

@@ -1,0 +1,188 @@
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "backends/ssh/env_sync.hpp"
+#include "sgpu/env/error.hpp"
+
+using namespace sgpu::launcher::ssh;
+
+namespace {
+
+const char* kLock = R"({"version": "3.11.2", "minor": "3.11", "implementation": "cpython", "platform": "linux-x86_64",
+  "venv": true, "system_site": true, "uv": "",
+  "packages": [
+    {"name": "torchvision", "version": "0.16", "key": "00112233445566aa", "wheel": "00112233445566aa/t-0.16-cp311-cp311-linux_x86_64.whl", "bytes": 1000},
+    {"name": "demo-dep", "version": "1.0", "key": "0123456789abcdef", "wheel": "0123456789abcdef/demo_dep-1.0-py3-none-any.whl", "bytes": 10},
+    {"name": "localpkg", "version": "0.1", "key": "fedcba9876543210", "wheel": "", "editable": true, "source": "/src/l"}],
+  "system": {"torch": "2.1.2", "numpy": "1.24.2"}, "skipped": []})";
+
+NodeProbe probe_like(const EnvLock& lock) {
+  NodeProbe p;
+  p.home = "/home/u";
+  p.python = "/usr/bin/python3.11";
+  p.version = "3.11.4";
+  p.implementation = "cpython";
+  p.platform = lock.platform;
+  p.system = lock.system;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("ssh::parse_env_lock reads the inspection, sorts packages by name and hashes the lock") {
+  auto lock = parse_env_lock(kLock, "/v/bin/python");
+  CHECK(lock.minor == "3.11");
+  CHECK(lock.system_site);
+  REQUIRE(lock.packages.size() == 3);
+  CHECK(lock.packages[0].name == "demo-dep");
+  CHECK(lock.packages[1].editable);
+  CHECK(lock.packages[1].source == "/src/l");
+  CHECK(lock.packages[2].bytes == 1000);
+  CHECK(lock.hash.size() == 16);
+  CHECK(lock_text(lock) ==
+        "python cpython 3.11\nplatform linux-x86_64\nsystem-site-packages true\n"
+        "demo-dep 1.0 0123456789abcdef\nlocalpkg 0.1 fedcba9876543210\ntorchvision 0.16 00112233445566aa\n");
+
+  SUBCASE("the hash follows what a node's copy is made of, and nothing else") {
+    auto same = parse_env_lock(kLock, "/elsewhere/python");
+    CHECK(same.hash == lock.hash);  // where the interpreter is, the system's packages: not in the copy
+    auto other = lock;
+    other.packages[0].key = "0123456789abcdee";
+    CHECK(lock_hash(other) != lock.hash);
+    other = lock;
+    other.system_site = false;
+    CHECK(lock_hash(other) != lock.hash);
+  }
+}
+
+TEST_CASE("ssh::parse_env_lock refuses what it cannot use, naming the interpreter") {
+  struct Row {
+    std::string json;
+    std::string says;
+  };
+  std::vector<Row> rows{
+      {"Traceback (most recent call last):", "/v/bin/python did not describe its environment"},
+      {R"({"error": "cannot replicate foo 1.0 from /v: it was installed without a RECORD"})",
+       "--sync-env: cannot replicate foo 1.0"},
+      {R"({"minor": ""})", "gave no Python version"},
+      {R"({"minor": "3.11", "packages": [{"name": "x", "version": "1", "key": "../../etc", "wheel": ""}]})",
+       "a package sgpu cannot use"},
+      {R"({"minor": "3.11", "packages": [{"name": "x", "version": "1", "key": "0123456789abcdef",
+           "wheel": "0123456789abcdef/../../x.whl"}]})",
+       "a package sgpu cannot use"},
+      {R"({"minor": "3.11", "packages": [{"name": "x", "version": "1", "key": "0123456789abcdef",
+           "wheel": "0123456789abcdef/x y.whl"}]})",
+       "a package sgpu cannot use"},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.json);
+    try {
+      (void)parse_env_lock(row.json, "/v/bin/python");
+      FAIL("accepted");
+    } catch (const sgpu::Error& e) {
+      CHECK(std::string(e.what()).find(row.says) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("ssh::judge_node: what keeps a node from running the environment") {
+  auto lock = parse_env_lock(kLock, "/v/bin/python");
+  struct Row {
+    const char* name;
+    void (*change)(NodeProbe&);
+    std::string says;  // "" fit
+  };
+  std::vector<Row> rows{
+      {"alike, another patch release", [](NodeProbe&) {}, ""},
+      {"no python3.11",
+       [](NodeProbe& p) {
+         p.python.clear();
+         p.other_python = "python3 Python 3.9.2";
+       },
+       "node gpu-b has no python3.11 on its PATH (this job's interpreter /v/bin/python is Python 3.11.2, and gpu-b "
+       "has python3 Python 3.9.2); install Python 3.11 there"},
+      {"another implementation", [](NodeProbe& p) { p.implementation = "pypy"; }, "is pypy, not cpython"},
+      {"another platform", [](NodeProbe& p) { p.platform = "linux-aarch64"; },
+       "node gpu-b is linux-aarch64 and this node is linux-x86_64"},
+      {"a system package missing", [](NodeProbe& p) { p.system.erase("torch"); },
+       "node gpu-b's python3.11 (/usr/bin/python3.11) lacks 1 of the 2 system packages this environment sees: torch "
+       "2.1.2"},
+      {"a system package of another version", [](NodeProbe& p) { p.system["numpy"] = "1.26.0"; },
+       "has numpy 1.26.0 where this node has 1.24.2"},
+      {"more system packages than a node needs", [](NodeProbe& p) { p.system["extra"] = "1"; }, ""},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.name);
+    auto probe = probe_like(lock);
+    row.change(probe);
+    auto verdict = judge_node(lock, probe, "gpu-b");
+    if (row.says.empty())
+      CHECK(verdict.empty());
+    else
+      CHECK(verdict.find(row.says) != std::string::npos);
+  }
+  SUBCASE("without --system-site-packages, the node's own packages do not matter") {
+    auto lone = lock;
+    lone.system_site = false;
+    auto probe = probe_like(lone);
+    probe.system.clear();
+    CHECK(judge_node(lone, probe, "gpu-b").empty());
+  }
+}
+
+TEST_CASE("ssh::shipment_for sends a node only what it lacks") {
+  auto lock = parse_env_lock(kLock, "/v/bin/python");
+  lock.uv = "/usr/bin/uv";
+  auto probe = probe_like(lock);
+  auto all = shipment_for(lock, probe, 500);
+  CHECK(all.wheels.size() == 3);
+  CHECK(all.uv);
+  CHECK(all.bytes == 1010 + 500);
+
+  probe.keys = {"0123456789abcdef", "fedcba9876543210"};
+  probe.has_uv = true;
+  auto one = shipment_for(lock, probe, 500);
+  REQUIRE(one.wheels.size() == 1);
+  CHECK(one.wheels[0]->name == "torchvision");
+  CHECK_FALSE(one.uv);
+  CHECK(one.bytes == 1000);
+
+  probe.env_ready = true;  // built there already: nothing at all
+  auto none = shipment_for(lock, probe, 500);
+  CHECK(none.wheels.empty());
+  CHECK(none.bytes == 0);
+}
+
+TEST_CASE("ssh::parse_node_probe takes the last line and needs a home") {
+  std::string why;
+  auto p = parse_node_probe(
+      "Welcome to gpu-b\n{\"home\": \"/home/u\", \"python\": \"/usr/bin/python3.11\", \"keys\": [\"b\", \"a\"], "
+      "\"env_ready\": true, \"system\": {\"torch\": \"2.1.2\"}}\n",
+      why);
+  REQUIRE(p);
+  CHECK(p->keys == std::vector<std::string>{"a", "b"});
+  CHECK(p->env_ready);
+  CHECK(p->system.at("torch") == "2.1.2");
+  CHECK_FALSE(parse_node_probe("", why));
+  CHECK(why == "it printed nothing");
+  CHECK_FALSE(parse_node_probe("{\"home\": \"\"}", why));
+  CHECK(why == "it gave no home directory");
+  CHECK_FALSE(parse_node_probe("sh: 1: python3.11: not found", why));
+  CHECK(why.starts_with("its answer was not JSON"));
+}
+
+TEST_CASE("ssh env scripts name the hash, the interpreter and the copy's python") {
+  auto lock = parse_env_lock(kLock, "/v/bin/python");
+  auto probe = env_probe_command(lock);
+  CHECK(probe.find("command -v python3.11") != std::string::npos);
+  CHECK(probe.find(lock.hash) != std::string::npos);
+  auto build = env_build_command(lock);
+  CHECK(build.find("h=" + lock.hash) != std::string::npos);
+  CHECK(build.find("--system-site-packages") != std::string::npos);
+  CHECK(build.find("flock 9") != std::string::npos);
+  CHECK(env_python(lock, "/home/u") == "/home/u/.cache/sgpu/envs/" + lock.hash + "/bin/python");
+  CHECK(wheel_cache_dir({{"HOME", "/home/u"}}) == "/home/u/.cache/sgpu/wheels");
+  CHECK(wheel_cache_dir({{"HOME", "/home/u"}, {"XDG_CACHE_HOME", "/c"}}) == "/c/sgpu/wheels");
+}
