@@ -13,6 +13,7 @@ import tempfile
 import time
 
 import ddp
+import env_sync
 import failure
 import footprint
 import gpu
@@ -46,6 +47,7 @@ SECTIONS = {
     "gpu": gpu.run,
     "hangs": hangs.run,
     "sampling": sampling.run,
+    "env_sync": env_sync.run,
 }
 
 METHOD = """\

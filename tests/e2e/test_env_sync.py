@@ -7,15 +7,12 @@ run it named before anything starts.
 Every host has a home of its own (sshd's SetEnv), so each has its own
 ~/.cache/sgpu, as separate machines do; the launcher's wheel cache is a
 test directory too ($XDG_CACHE_HOME)."""
-import base64
-import hashlib
 import json
 import os
 import pathlib
 import re
 import subprocess
 import types
-import zipfile
 
 import pytest
 
@@ -23,6 +20,7 @@ import ssh_hosts
 from conftest import ROOT, TORCH_PYTHON
 from mlflow_server import venv_python
 from ssh_hosts import SshHosts
+from wheels import make_wheel
 from test_ssh_backend import WITH_SGPU, final_loss, host_list, job_processes, launch
 
 pytestmark = pytest.mark.skipif(ssh_hosts.usable() is not None, reason=str(ssh_hosts.usable()))
@@ -32,27 +30,6 @@ import os, sys
 import demo_dep, localpkg, torch
 print(f"rank {os.environ['RANK']} prefix {sys.prefix} {demo_dep.VALUE} {localpkg.VALUE} torch {torch.__version__}")
 """
-
-
-def make_wheel(out_dir, name, version, source):
-    """A pure-Python wheel of one module, as a package index would serve it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}.py": source.encode(),
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sgpu-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = ""
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record += f"{path},sha256={digest},{len(data)}\n"
-    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
-    path = out_dir / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for p, data in files.items():
-            z.writestr(p, data)
-    return path
 
 
 def pip(venv, *args):

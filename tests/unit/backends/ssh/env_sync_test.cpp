@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -155,16 +156,24 @@ TEST_CASE("ssh::shipment_for sends a node only what it lacks") {
   CHECK(none.bytes == 0);
 }
 
-TEST_CASE("ssh::parse_node_probe takes the last line and needs a home") {
+TEST_CASE("ssh::parse_node_probe takes the last line and needs a home; settle_probe finds the lock's hash") {
   std::string why;
   auto p = parse_node_probe(
       "Welcome to gpu-b\n{\"home\": \"/home/u\", \"python\": \"/usr/bin/python3.11\", \"keys\": [\"b\", \"a\"], "
-      "\"env_ready\": true, \"system\": {\"torch\": \"2.1.2\"}}\n",
+      "\"ready\": [\"ffff000011112222\", \"0000111122223333\"], \"bins\": [\"uv-1-2\"], "
+      "\"system\": {\"torch\": \"2.1.2\"}}\n",
       why);
   REQUIRE(p);
   CHECK(p->keys == std::vector<std::string>{"a", "b"});
-  CHECK(p->env_ready);
   CHECK(p->system.at("torch") == "2.1.2");
+  auto lock = parse_env_lock(kLock, "/v/bin/python");
+  settle_probe(lock, *p);
+  CHECK_FALSE(p->env_ready);
+  CHECK_FALSE(p->has_uv);  // no uv in this lock
+  p->ready.push_back(lock.hash);
+  std::sort(p->ready.begin(), p->ready.end());
+  settle_probe(lock, *p);
+  CHECK(p->env_ready);
   CHECK_FALSE(parse_node_probe("", why));
   CHECK(why == "it printed nothing");
   CHECK_FALSE(parse_node_probe("{\"home\": \"\"}", why));
@@ -175,9 +184,8 @@ TEST_CASE("ssh::parse_node_probe takes the last line and needs a home") {
 
 TEST_CASE("ssh env scripts name the hash, the interpreter and the copy's python") {
   auto lock = parse_env_lock(kLock, "/v/bin/python");
-  auto probe = env_probe_command(lock);
+  auto probe = env_probe_command(lock.minor);
   CHECK(probe.find("command -v python3.11") != std::string::npos);
-  CHECK(probe.find(lock.hash) != std::string::npos);
   auto build = env_build_command(lock);
   CHECK(build.find("h=" + lock.hash) != std::string::npos);
   CHECK(build.find("--system-site-packages") != std::string::npos);

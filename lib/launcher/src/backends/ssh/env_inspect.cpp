@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
@@ -23,16 +24,50 @@ namespace {
 // editable install, as a wheel pip builds from its source tree (keyed by the
 // tree's contents). What it sees outside the environment is the system's.
 constexpr const char* kInspect = R"PY(
-import base64, csv, fcntl, hashlib, io, json, os, platform, re, shutil, subprocess, sys, sysconfig, tempfile, zipfile
-import urllib.parse
-from importlib import metadata
+import json, os, re, sys
 
 cache, build = sys.argv[1], sys.argv[2] == "1"
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
 
+
 def fail(message):
     print(json.dumps({"error": message}))
     sys.exit(0)
+
+
+class Dist:
+    """An installed distribution, named by its metadata directory (as
+    installers name it: no METADATA parse, which is most of what
+    importlib.metadata costs at start)."""
+
+    def __init__(self, base, info):
+        self.base, self.info = base, info
+        stem = info.rsplit(".", 1)[0]
+        self.name, _, version = stem.partition("-")
+        self.version = version.split("-py")[0] if info.endswith(".egg-info") else version
+
+    def read(self, name):
+        try:
+            with open(os.path.join(self.base, self.info, name), encoding="utf-8") as f:
+                return f.read()
+        except OSError:
+            return None
+
+
+def distributions():
+    seen = set()
+    for base in sys.path:
+        try:
+            names = sorted(os.listdir(base or "."))
+        except OSError:
+            continue
+        for info in names:
+            if info.endswith((".dist-info", ".egg-info")):
+                d = Dist(base or ".", info)
+                if d.name and d.version and norm(d.name) not in seen:  # the first on sys.path is imported
+                    seen.add(norm(d.name))
+                    yield d
+
 
 prefix = os.path.realpath(sys.prefix)
 venv = sys.prefix != sys.base_prefix
@@ -44,12 +79,15 @@ if venv and os.path.isfile(cfg):
             k, _, v = line.partition("=")
             if k.strip() == "include-system-site-packages":
                 system_site = v.strip().lower() == "true"
+import platform, sysconfig  # noqa: E402
 out = {"version": platform.python_version(), "minor": "%d.%d" % sys.version_info[:2],
        "implementation": sys.implementation.name, "platform": sysconfig.get_platform(),
        "venv": venv, "system_site": system_site, "packages": [], "system": {}, "skipped": []}
 FIXED = (1980, 1, 1, 0, 0, 0)
 
+
 def tree_key(root):
+    import hashlib
     h = hashlib.sha256()
     skip = {".git", "__pycache__", "build", "dist", ".venv", ".tox", ".eggs", ".mypy_cache", ".pytest_cache"}
     for d, dirs, files in os.walk(root):
@@ -66,22 +104,25 @@ def tree_key(root):
                 pass
     return h.hexdigest()[:16]
 
+
 def first_tag(d):
-    for line in (d.read_text("WHEEL") or "").splitlines():
+    for line in (d.read("WHEEL") or "").splitlines():
         k, _, v = line.partition(":")
         if k.strip() == "Tag":
             return v.strip()
     return "py3-none-any"
 
-def digest(data):
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
-def repack(d, rows, dest):
-    base = str(d.locate_file(""))
-    info = next(r[0].split("/")[0] for r in rows if r and r[0].endswith(".dist-info/METADATA"))
-    scripts = {e.name for e in d.entry_points if e.group in ("console_scripts", "gui_scripts")}
-    record = io.StringIO()
-    writer = csv.writer(record, lineterminator="\n")
+def repack(d, record, dest):
+    import base64, configparser, csv, hashlib, io, zipfile
+    digest = lambda data: "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    rows = list(csv.reader(record.splitlines()))
+    entry_points = configparser.ConfigParser(delimiters=("=",))
+    entry_points.optionxform = str
+    entry_points.read_string(d.read("entry_points.txt") or "")
+    scripts = {k for g in ("console_scripts", "gui_scripts") if entry_points.has_section(g) for k in entry_points[g]}
+    out_record = io.StringIO()
+    writer = csv.writer(out_record, lineterminator="\n")
     tmp = "%s.part%d" % (dest, os.getpid())
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for row in rows:
@@ -91,13 +132,13 @@ def repack(d, rows, dest):
             parts = path.split("/")
             if path.startswith("..") or os.path.isabs(path):
                 if parts[-1] not in scripts:  # console scripts are written again from entry_points.txt
-                    out["skipped"].append("%s %s: %s" % (d.metadata["Name"], d.version, path))
+                    out["skipped"].append("%s %s: %s" % (d.name, d.version, path))
                 continue
             if "__pycache__" in parts or path.endswith(".pyc"):
                 continue
-            if parts[0] == info and parts[-1] in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
+            if parts[0] == d.info and parts[-1] in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
                 continue
-            full = os.path.join(base, path)
+            full = os.path.join(d.base, path)
             with open(full, "rb") as f:
                 data = f.read()
             zi = zipfile.ZipInfo(path, FIXED)
@@ -105,71 +146,77 @@ def repack(d, rows, dest):
             zi.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(zi, data)
             writer.writerow([path, digest(data), len(data)])
-        writer.writerow([info + "/RECORD", "", ""])
-        zi = zipfile.ZipInfo(info + "/RECORD", FIXED)
+        writer.writerow([d.info + "/RECORD", "", ""])
+        zi = zipfile.ZipInfo(d.info + "/RECORD", FIXED)
         zi.compress_type = zipfile.ZIP_DEFLATED
-        z.writestr(zi, record.getvalue())
+        z.writestr(zi, out_record.getvalue())
     os.replace(tmp, dest)
+
 
 def built(key):
     d = os.path.join(cache, key)
     found = sorted(f for f in os.listdir(d) if f.endswith(".whl")) if os.path.isdir(d) else []
     return found[0] if found else None
 
-seen = set()
-for d in metadata.distributions():
-    name = d.metadata["Name"]
-    if not name or norm(name) in seen:
-        continue  # the first on sys.path is the one imported
-    seen.add(norm(name))
-    where = os.path.realpath(str(d.locate_file("")))
+
+def build_editable(name, src, key):
+    import fcntl, shutil, subprocess, tempfile
+    os.makedirs(cache, exist_ok=True)
+    # One build of a source tree at a time: setuptools builds in the tree.
+    lock = open(os.path.join(cache, ".build-%s.lock" % key), "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    whl = built(key)
+    if whl:
+        return whl
+    tmpd = tempfile.mkdtemp(dir=cache, prefix=".build-")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "--disable-pip-version-check", "-w", tmpd, src], capture_output=True, text=True)
+    made = [f for f in os.listdir(tmpd) if f.endswith(".whl")]
+    if r.returncode != 0 or not made:
+        shutil.rmtree(tmpd, ignore_errors=True)
+        why = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
+        fail("cannot build a wheel of the editable package %s from %s with %s -m pip wheel: %s"
+             % (name, src, sys.executable, why))
+    os.makedirs(os.path.join(cache, key), exist_ok=True)
+    os.replace(os.path.join(tmpd, made[0]), os.path.join(cache, key, made[0]))
+    shutil.rmtree(tmpd, ignore_errors=True)
+    return made[0]
+
+
+for d in distributions():
+    name = d.name
+    where = os.path.realpath(d.base)
     if not venv or not (where + os.sep).startswith(prefix + os.sep):
         out["system"][norm(name)] = d.version
         continue
     try:
-        url = json.loads(d.read_text("direct_url.json") or "null")
+        url = json.loads(d.read("direct_url.json") or "null")
     except ValueError:
         url = None
     editable = bool(url and url.get("dir_info", {}).get("editable"))
     entry = {"name": norm(name), "version": d.version, "editable": editable, "wheel": ""}
     if editable:
-        src = urllib.parse.unquote(urllib.parse.urlparse(url.get("url", "")).path)
+        from urllib.parse import unquote, urlparse
+        src = unquote(urlparse(url.get("url", "")).path)
         entry["source"] = src
         entry["key"] = key = tree_key(src)
         whl = built(key)
         if whl is None and build:
-            os.makedirs(cache, exist_ok=True)
-            # One build of a source tree at a time: setuptools builds in the tree.
-            lock = open(os.path.join(cache, ".build-%s.lock" % key), "w")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            whl = built(key)
-        if whl is None and build:
-            tmpd = tempfile.mkdtemp(dir=cache, prefix=".build-")
-            r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                                "--disable-pip-version-check", "-w", tmpd, src], capture_output=True, text=True)
-            made = [f for f in os.listdir(tmpd) if f.endswith(".whl")]
-            if r.returncode != 0 or not made:
-                shutil.rmtree(tmpd, ignore_errors=True)
-                why = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
-                fail("cannot build a wheel of the editable package %s from %s with %s -m pip wheel: %s"
-                     % (name, src, sys.executable, why))
-            os.makedirs(os.path.join(cache, key), exist_ok=True)
-            os.replace(os.path.join(tmpd, made[0]), os.path.join(cache, key, made[0]))
-            shutil.rmtree(tmpd, ignore_errors=True)
-            whl = made[0]
+            whl = build_editable(name, src, key)
     else:
-        record = d.read_text("RECORD")
+        record = d.read("RECORD")
         if record is None:
             fail("cannot replicate %s %s from %s: it was installed without a RECORD (not by pip or uv); reinstall "
                  "it with pip or uv" % (name, d.version, sys.prefix))
+        import hashlib
         entry["key"] = key = hashlib.sha256(record.encode()).hexdigest()[:16]
         whl = built(key)
         if whl is None and build:
             whl = "%s-%s-%s.whl" % (re.sub(r"[-_.]+", "_", name), d.version.replace("-", "_"), first_tag(d))
             os.makedirs(os.path.join(cache, key), exist_ok=True)
             try:
-                repack(d, list(csv.reader(record.splitlines())), os.path.join(cache, key, whl))
-            except (OSError, StopIteration) as e:
+                repack(d, record, os.path.join(cache, key, whl))
+            except (OSError, StopIteration, ValueError) as e:
                 fail("cannot make a wheel of %s %s from its installed files: %s" % (name, d.version, e))
     if whl:
         entry["wheel"] = key + "/" + whl
@@ -198,13 +245,12 @@ std::string find_uv(const std::string& interpreter, const env::Environment& envi
 
 const char* env_inspect_script() { return kInspect; }
 
-EnvLock inspect_environment(const std::string& interpreter, const env::Environment& environment, bool build) {
-  boost::asio::io_context io;
-  CommandResult result;
-  auto cache = wheel_cache_dir(environment);
-  run_command(io, {interpreter, "-c", kInspect, cache, build ? "1" : "0"}, environment, std::chrono::minutes(10),
-              64U << 20, [&result](CommandResult r) { result = std::move(r); });
-  io.run();
+std::vector<std::string> inspect_argv(const std::string& interpreter, const env::Environment& environment, bool build) {
+  return {interpreter, "-c", kInspect, wheel_cache_dir(environment), build ? "1" : "0"};
+}
+
+EnvLock read_inspection(const CommandResult& result, const std::string& interpreter,
+                        const env::Environment& environment) {
   if (!result.status)
     throw Error(fmt::format("--sync-env: cannot run the job's interpreter {}: {}", interpreter, result.start_error), 1);
   if (!result.ok())
@@ -215,6 +261,30 @@ EnvLock inspect_environment(const std::string& interpreter, const env::Environme
   auto lock = parse_env_lock(result.out, interpreter);
   lock.uv = find_uv(interpreter, environment);
   return lock;
+}
+
+std::string interpreter_minor(const std::string& interpreter) {
+  auto minor_of = [](std::string_view version) -> std::string {
+    auto dot = version.find('.');
+    if (dot == std::string_view::npos) return "";
+    auto end = version.find_first_not_of("0123456789", dot + 1);
+    auto text = std::string(version.substr(0, end));
+    return text.size() > dot + 1 && text.find_first_not_of("0123456789.") == std::string::npos ? text : "";
+  };
+  std::ifstream cfg(fs::path(interpreter).parent_path().parent_path() / "pyvenv.cfg");
+  for (std::string line; std::getline(cfg, line);) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    auto key = line.substr(0, line.find_last_not_of(" \t", eq - 1) + 1);
+    auto value =
+        line.substr(line.find_first_not_of(" \t", eq + 1) == std::string::npos ? line.size()
+                                                                               : line.find_first_not_of(" \t", eq + 1));
+    if (key == "version" || key == "version_info") return minor_of(value);
+  }
+  std::error_code ec;
+  auto name = fs::canonical(interpreter, ec).filename().string();
+  if (!ec && name.starts_with("python")) return minor_of(std::string_view(name).substr(6));
+  return "";
 }
 
 }  // namespace sgpu::launcher::ssh

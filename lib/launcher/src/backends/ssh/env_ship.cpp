@@ -23,21 +23,20 @@ std::string last_line(const std::string& text) {
   auto end = text.find_last_not_of("\r\n ");
   if (end == std::string::npos) return "";
   auto start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+  return text.substr(start == std::string::npos ? 0 : start + 1,
+                     end + 1 - (start == std::string::npos ? 0 : start + 1));
 }
 
-// Every node's answer, asked at once; each ssh bounded by its connect timeout
-// and the time a Python start and a directory listing take.
-std::vector<CommandResult> ask_nodes(const std::vector<NodeAssignment>& nodes, const SshOptions& opts,
-                                     const std::string& command, const env::Environment& inherited) {
-  boost::asio::io_context io;
-  std::vector<CommandResult> results(nodes.size());
+// Asks every node at once what it has (python<minor>, ~/.cache/sgpu); each
+// ssh bounded by its connect timeout and the time a Python start and a
+// directory listing take. Answers land in `results` when `io` runs.
+void ask_nodes(boost::asio::io_context& io, const std::vector<NodeAssignment>& nodes, const SshOptions& opts,
+               const std::string& minor, const env::Environment& inherited, std::vector<CommandResult>& results) {
+  results.assign(nodes.size(), {});
   auto limit = std::chrono::seconds(opts.connect_timeout_s + 60);
   for (std::size_t k = 0; k < nodes.size(); ++k)
-    run_command(io, ssh_argv(opts, nodes[k].entry, command), inherited, limit, 16U << 20,
+    run_command(io, ssh_argv(opts, nodes[k].entry, env_probe_command(minor)), inherited, limit, 16U << 20,
                 [&results, k](CommandResult r) { results[k] = std::move(r); });
-  io.run();
-  return results;
 }
 
 }  // namespace
@@ -66,16 +65,34 @@ std::string job_interpreter(const JobSpec& spec, const env::Environment& inherit
 EnvSyncState prepare_env_sync(const JobSpec& spec, const env::Environment& inherited,
                               const std::vector<NodeAssignment>& nodes, const SshOptions& opts, bool dry_run) {
   EnvSyncState state;
-  state.lock = inspect_environment(job_interpreter(spec, inherited), inherited, !dry_run);
+  auto interpreter = job_interpreter(spec, inherited);
+  // The nodes are asked while the interpreter here describes itself: the
+  // launch waits for the slower of the two, not both. Only a Python version
+  // the interpreter's files do not tell needs the description first.
+  auto minor = interpreter_minor(interpreter);
+  std::vector<CommandResult> answers;
+  CommandResult inspection;
+  {
+    boost::asio::io_context io;
+    run_command(io, inspect_argv(interpreter, inherited, !dry_run), inherited, std::chrono::minutes(10), 64U << 20,
+                [&inspection](CommandResult r) { inspection = std::move(r); });
+    if (!minor.empty()) ask_nodes(io, nodes, opts, minor, inherited, answers);
+    io.run();
+  }
+  state.lock = read_inspection(inspection, interpreter, inherited);
   state.wheel_cache = wheel_cache_dir(inherited);
   const auto& lock = state.lock;
+  if (lock.minor != minor) {
+    boost::asio::io_context io;
+    ask_nodes(io, nodes, opts, lock.minor, inherited, answers);
+    io.run();
+  }
   for (const auto& skipped : lock.skipped)
     diagnostic("sgpu: warning: --sync-env: {} is outside site-packages; the nodes' copies go without it\n", skipped);
   if (!lock.uv.empty()) {
     std::error_code ec;
     state.uv_bytes = fs::file_size(lock.uv, ec);
   }
-  auto answers = ask_nodes(nodes, opts, env_probe_command(lock), inherited);
   std::vector<std::string> refusals;
   int code = 1;
   for (std::size_t k = 0; k < nodes.size(); ++k) {
@@ -99,6 +116,7 @@ EnvSyncState prepare_env_sync(const JobSpec& spec, const env::Environment& inher
     } else if (!(probe = parse_node_probe(a.out, why))) {
       why = fmt::format("node {} could not say what it has: {}", host, why);
     } else {
+      settle_probe(lock, *probe);
       why = judge_node(lock, *probe, host);
     }
     if (!why.empty()) {
@@ -159,8 +177,16 @@ std::vector<std::string> make_env_tarballs(const EnvSyncState& state, const std:
     auto cache = fs::path(state.wheel_cache);
     auto tar_program = find_on_path("tar");
     if (tar_program.empty()) throw Error("--sync-env needs tar on the PATH", 1);
-    std::vector<std::string> argv{tar_program, "-cf", tar, "-C", staging.string(), "envs/" + lock.hash + ".txt",
-                                  "-C", cache.parent_path().string(), "-T", members};
+    std::vector<std::string> argv{tar_program,
+                                  "-cf",
+                                  tar,
+                                  "-C",
+                                  staging.string(),
+                                  "envs/" + lock.hash + ".txt",
+                                  "-C",
+                                  cache.parent_path().string(),
+                                  "-T",
+                                  members};
     if (ship.uv) {
       auto uv = fs::path(lock.uv);
       auto name = uv_remote_name(lock);
@@ -169,7 +195,8 @@ std::vector<std::string> make_env_tarballs(const EnvSyncState& state, const std:
     }
     boost::asio::io_context io;
     CommandResult result;
-    run_command(io, argv, {}, std::chrono::minutes(10), 64U << 10, [&result](CommandResult r) { result = std::move(r); });
+    run_command(io, argv, {}, std::chrono::minutes(10), 64U << 10,
+                [&result](CommandResult r) { result = std::move(r); });
     io.run();
     if (!result.ok())
       throw Error(fmt::format("--sync-env: packing the environment's wheels failed ({}): {}",

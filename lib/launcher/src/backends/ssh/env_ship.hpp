@@ -15,8 +15,8 @@ namespace sgpu::launcher::ssh {
 
 struct EnvSyncState {
   EnvLock lock;
-  std::vector<NodeProbe> probes;         // by node rank
-  std::vector<NodeShipment> shipments;   // by node rank
+  std::vector<NodeProbe> probes;        // by node rank
+  std::vector<NodeShipment> shipments;  // by node rank
   std::uint64_t uv_bytes = 0;
   std::string wheel_cache;  // here: where the wheels are
 };

@@ -49,9 +49,8 @@ std::map<std::string, std::string> name_versions(const json& doc, const char* ke
 }
 
 bool hex_key(const std::string& key) {
-  return key.size() == 16 && std::all_of(key.begin(), key.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return key.size() == 16 &&
+         std::all_of(key.begin(), key.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // A wheel's path under the cache: "<key>/<file>.whl", nothing that climbs out.
@@ -98,8 +97,8 @@ EnvLock parse_env_lock(const std::string& text, const std::string& interpreter) 
   if (auto it = doc.find("packages"); it != doc.end() && it->is_array())
     for (const auto& p : *it) {
       if (!p.is_object()) continue;
-      EnvPackage pkg{str(p, "name"), str(p, "version"), str(p, "key"), str(p, "wheel"), flag(p, "editable"),
-                     str(p, "source")};
+      EnvPackage pkg{str(p, "name"),  str(p, "version"),   str(p, "key"),
+                     str(p, "wheel"), flag(p, "editable"), str(p, "source")};
       if (auto b = p.find("bytes"); b != p.end() && b->is_number_unsigned()) pkg.bytes = b->get<std::uint64_t>();
       if (pkg.name.empty() || !hex_key(pkg.key) || !safe_wheel(pkg.wheel, pkg.key))
         throw Error(fmt::format("--sync-env: {} described a package sgpu cannot use: {}", interpreter, p.dump()), 1);
@@ -112,8 +111,8 @@ EnvLock parse_env_lock(const std::string& text, const std::string& interpreter) 
 }
 
 std::string lock_text(const EnvLock& lock) {
-  std::string out = fmt::format("python {} {}\nplatform {}\nsystem-site-packages {}\n", lock.implementation,
-                                lock.minor, lock.platform, lock.system_site ? "true" : "false");
+  std::string out = fmt::format("python {} {}\nplatform {}\nsystem-site-packages {}\n", lock.implementation, lock.minor,
+                                lock.platform, lock.system_site ? "true" : "false");
   for (const auto& p : lock.packages) out += fmt::format("{} {} {}\n", p.name, p.version, p.key);
   return out;
 }
@@ -128,7 +127,8 @@ std::optional<NodeProbe> parse_node_probe(const std::string& text, std::string& 
     return std::nullopt;
   }
   auto start = text.rfind('\n', end);
-  auto line = text.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+  auto line =
+      text.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
   json doc = json::parse(line, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) {
     why = fmt::format("its answer was not JSON: {}", line.substr(0, 200));
@@ -142,12 +142,12 @@ std::optional<NodeProbe> parse_node_probe(const std::string& text, std::string& 
   p.implementation = str(doc, "implementation");
   p.platform = str(doc, "platform");
   p.system = name_versions(doc, "system");
-  p.env_ready = flag(doc, "env_ready");
-  p.has_uv = flag(doc, "has_uv");
-  if (auto it = doc.find("keys"); it != doc.end() && it->is_array())
-    for (const auto& k : *it)
-      if (k.is_string()) p.keys.push_back(k.get<std::string>());
-  std::sort(p.keys.begin(), p.keys.end());
+  for (auto [key, list] : {std::pair{"keys", &p.keys}, std::pair{"ready", &p.ready}, std::pair{"bins", &p.bins}}) {
+    if (auto it = doc.find(key); it != doc.end() && it->is_array())
+      for (const auto& k : *it)
+        if (k.is_string()) list->push_back(k.get<std::string>());
+    std::sort(list->begin(), list->end());
+  }
   if (p.home.empty() || p.home.front() != '/') {
     why = "it gave no home directory";
     return std::nullopt;
@@ -162,8 +162,8 @@ std::string judge_node(const EnvLock& lock, const NodeProbe& probe, const std::s
                        probe.other_python.empty() ? "" : fmt::format(", and {} has {}", node, probe.other_python),
                        lock.minor);
   if (!probe.implementation.empty() && probe.implementation != lock.implementation)
-    return fmt::format("node {}'s {} is {}, not {} ({})", node, probe.python, probe.implementation,
-                       lock.implementation, ours);
+    return fmt::format("node {}'s {} is {}, not {} ({})", node, probe.python, probe.implementation, lock.implementation,
+                       ours);
   if (probe.platform != lock.platform)
     return fmt::format("node {} is {} and this node is {}: wheels built here may not run there", node,
                        probe.platform.empty() ? "of an unknown platform" : probe.platform, lock.platform);
@@ -215,33 +215,49 @@ namespace {
 
 constexpr const char* kProbePython = R"PY(
 import json, os, platform, re, sys, sysconfig
-from importlib import metadata
-c, h, uv = sys.argv[1], sys.argv[2], sys.argv[3]
+c = sys.argv[1]
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+
+
+def ls(d):
+    try:
+        return sorted(x for x in os.listdir(d) if not x.startswith("."))
+    except OSError:
+        return []
+
+
 system = {}
-for d in metadata.distributions():
-    n = d.metadata["Name"]
-    if n and norm(n) not in system:
-        system[norm(n)] = d.version
-w = os.path.join(c, "wheels")
-keys = sorted(k for k in os.listdir(w) if not k.startswith(".")) if os.path.isdir(w) else []
+for base in sys.path:  # named by their metadata directories, as the launcher names its own
+    for info in ls(base or "."):
+        if info.endswith((".dist-info", ".egg-info")):
+            name, _, version = info.rsplit(".", 1)[0].partition("-")
+            version = version.split("-py")[0] if info.endswith(".egg-info") else version
+            if name and version and norm(name) not in system:
+                system[norm(name)] = version
+envs = os.path.join(c, "envs")
 print(json.dumps({"home": os.environ.get("HOME", ""), "python": sys.executable,
                   "version": platform.python_version(), "implementation": sys.implementation.name,
-                  "platform": sysconfig.get_platform(), "system": system, "keys": keys,
-                  "env_ready": os.path.exists(os.path.join(c, "envs", h, ".sgpu-ready")),
-                  "has_uv": bool(uv) and os.access(os.path.join(c, uv), os.X_OK)}))
+                  "platform": sysconfig.get_platform(), "system": system, "keys": ls(os.path.join(c, "wheels")),
+                  "ready": [h for h in ls(envs) if os.path.exists(os.path.join(envs, h, ".sgpu-ready"))],
+                  "bins": ls(os.path.join(c, "bin"))}))
 )PY";
 
 }  // namespace
 
-std::string env_probe_command(const EnvLock& lock) {
-  auto py = "python" + lock.minor;
+std::string env_probe_command(const std::string& minor) {
   return fmt::format(
-      "c=\"$HOME/.cache/sgpu\"; py=$(command -v {0} 2>/dev/null); "
+      "c=\"$HOME/.cache/sgpu\"; py=$(command -v python{0} 2>/dev/null); "
       "if [ -z \"$py\" ]; then o=$(python3 --version 2>/dev/null | tr -d '\"\\\\'); "
       "printf '{{\"home\":\"%s\",\"python\":\"\",\"other\":\"%s\"}}\\n' \"$HOME\" \"${{o:+python3 $o}}\"; exit 0; fi; "
-      "exec \"$py\" -s -c {1} \"$c\" {2} {3}",
-      py, env::shell_quote(kProbePython), env::shell_quote(lock.hash), env::shell_quote(uv_remote_name(lock)));
+      "exec \"$py\" -s -c {1} \"$c\"",
+      minor, env::shell_quote(kProbePython));
+}
+
+void settle_probe(const EnvLock& lock, NodeProbe& probe) {
+  probe.env_ready = std::binary_search(probe.ready.begin(), probe.ready.end(), lock.hash);
+  auto uv = uv_remote_name(lock);
+  auto file = uv.substr(uv.find('/') + 1);
+  probe.has_uv = !uv.empty() && std::binary_search(probe.bins.begin(), probe.bins.end(), file);
 }
 
 std::string env_build_command(const EnvLock& lock) {
@@ -277,8 +293,8 @@ std::string env_python(const EnvLock& lock, const std::string& home) {
 }
 
 std::string wheel_cache_dir(const env::Environment& environment) {
-  if (auto it = environment.find("XDG_CACHE_HOME"); it != environment.end() && !it->second.empty() &&
-                                                     it->second.front() == '/')
+  if (auto it = environment.find("XDG_CACHE_HOME");
+      it != environment.end() && !it->second.empty() && it->second.front() == '/')
     return it->second + "/sgpu/wheels";
   auto home = environment.find("HOME");
   return (home != environment.end() && !home->second.empty() ? home->second : std::string("/tmp")) +

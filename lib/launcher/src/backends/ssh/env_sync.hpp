@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "sgpu/launcher/plan/plan.hpp"
+#include "sgpu/launcher/process/command.hpp"
 
 namespace sgpu::launcher::ssh {
 
@@ -63,20 +64,28 @@ std::string lock_hash(const EnvLock& lock);
 
 // One node's answer to env_probe_command.
 struct NodeProbe {
-  std::string home;              // the remote $HOME
-  std::string python;            // its python3.X ("" none on the PATH)
-  std::string version;           // that interpreter's "3.11.2"
-  std::string other_python;      // when there is none: what `python3 --version` said ("" nothing)
-  std::string implementation;    // "cpython"
-  std::string platform;          // "linux-x86_64"
+  std::string home;            // the remote $HOME
+  std::string python;          // its python3.X ("" none on the PATH)
+  std::string version;         // that interpreter's "3.11.2"
+  std::string other_python;    // when there is none: what `python3 --version` said ("" nothing)
+  std::string implementation;  // "cpython"
+  std::string platform;        // "linux-x86_64"
   std::map<std::string, std::string> system;
-  std::vector<std::string> keys;  // the wheel keys its cache holds
-  bool env_ready = false;         // ~/.cache/sgpu/envs/<hash> is built
-  bool has_uv = false;            // this launch's uv is there
+  std::vector<std::string> keys;   // the wheel keys its cache holds
+  std::vector<std::string> ready;  // the hashes of the environments built there
+  std::vector<std::string> bins;   // ~/.cache/sgpu/bin's files (shipped uv binaries)
+  // Once the lock is known (settle_probe): this lock's environment is built
+  // there; this launch's uv is there.
+  bool env_ready = false;
+  bool has_uv = false;
 };
 
 // The probe's output, or a one-line reason why it is not one.
 std::optional<NodeProbe> parse_node_probe(const std::string& text, std::string& why);
+
+// Sets env_ready and has_uv for `lock`: the node was asked before the lock
+// was made (both at once).
+void settle_probe(const EnvLock& lock, NodeProbe& probe);
 
 // Why `node` cannot run the environment (another Python, platform, a system
 // package missing or of another version), or "" when it can. Pure.
@@ -94,8 +103,12 @@ NodeShipment shipment_for(const EnvLock& lock, const NodeProbe& probe, std::uint
 // under ~/.cache/sgpu; "" without uv.
 std::string uv_remote_name(const EnvLock& lock);
 
-// The ssh command's remote script that prints a NodeProbe's JSON on stdout.
-std::string env_probe_command(const EnvLock& lock);
+// The ssh command's remote script that prints a NodeProbe's JSON on stdout:
+// what python<minor> ("3.11") has, and what ~/.cache/sgpu holds.
+std::string env_probe_command(const std::string& minor);
+// The Python minor version of `interpreter` without running it: its venv's
+// pyvenv.cfg, else the name it resolves to (python3.11); "" unknown.
+std::string interpreter_minor(const std::string& interpreter);
 // The remote script that unpacks a tar from stdin into ~/.cache/sgpu and
 // builds the environment of `lock.hash` unless it is there (holding its lock
 // file while it does); prints "sgpu-env: built" or "sgpu-env: found".
@@ -112,8 +125,12 @@ const char* env_inspect_script();
 
 // --- impure: processes ---
 
-// Runs the job's interpreter with env_inspect_script; `build` makes the
-// missing wheels. Throws sgpu::Error naming the interpreter.
-EnvLock inspect_environment(const std::string& interpreter, const env::Environment& environment, bool build);
+// The command that runs the job's interpreter with env_inspect_script;
+// `build` makes the missing wheels.
+std::vector<std::string> inspect_argv(const std::string& interpreter, const env::Environment& environment, bool build);
+// Its result as a lock, with the uv to ship. Throws sgpu::Error naming the
+// interpreter.
+EnvLock read_inspection(const CommandResult& result, const std::string& interpreter,
+                        const env::Environment& environment);
 
 }  // namespace sgpu::launcher::ssh
