@@ -90,6 +90,14 @@ launcher::ResolvedSpec resolve(const LaunchFlags& f, const std::vector<std::stri
     // checks a program it can find.
     resolved.spec.entrypoint = {env::Entrypoint::Kind::Executable, "true", {}};
   }
+  if (resolved.spec.origins.contains("ssh.envs")) {
+    // --envs lists or prunes the hosts' environments: no job runs.
+    if (resolved.spec.backend != "ssh")
+      throw Error(fmt::format("{} is about the ssh backend's hosts: add --backend ssh (with --hosts or --hostfile)",
+                              resolved.spec.origins.at("ssh.envs")));
+    if (resolved.spec.entrypoint.target.empty())
+      resolved.spec.entrypoint = {env::Entrypoint::Kind::Executable, "true", {}};
+  }
   if (resolved.spec.entrypoint.target.empty())
     throw Error(
         "no entrypoint: give a script (sgpu launch train.py), a module (-m pkg.train) or a "

@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import types
 
@@ -147,6 +148,39 @@ def test_environment_reaches_every_host_and_a_second_launch_ships_nothing(synced
         for host in hosts.hosts:
             assert job_processes(host) == []
 
+        # --envs list: both environments on both hosts, nothing started.
+        where = ["--hosts", host_list(hosts), "--nproc", 1]
+        listed = launch(hosts, synced, *where, "--envs", "list", "-o", "json")
+        assert listed.returncode == 0, listed.stderr
+        doc = json.loads(listed.stdout)
+        assert [x["host"] for x in doc["hosts"]] == [x.addr for x in hosts.hosts]
+        for entry, home in zip(doc["hosts"], h):
+            assert entry["home"] == str(home)
+            assert {e["hash"] for e in entry["environments"]} == {env_hash, changed["hash"]}
+            assert all(e["kib"] > 0 and e["packages"] >= 4 and not e["in_use"] for e in entry["environments"])
+
+        # A job holds the new environment: prune everything unused removes
+        # the old one and the wheels only it needed, and keeps the one in use.
+        (job.root / "hold.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(120)\n")
+        holder = launch(hosts, synced, *common, job.root / "hold.py", wait=False)
+        try:
+            assert holder.stdout.readline().rstrip().endswith("up")
+            assert holder.stdout.readline().rstrip().endswith("up")
+            pruned = launch(hosts, synced, *where, "--envs", "prune", "--envs-unused-for", "1s")
+            assert pruned.returncode == 0, pruned.stderr
+            assert re.search(r"removed 2 environments \(.* MiB\) and 2 wheels \(", pruned.stdout), pruned.stdout
+            assert len(re.findall(rf"{changed['hash']} .* in use", pruned.stdout)) == 2, pruned.stdout
+        finally:
+            holder.send_signal(signal.SIGINT)
+            holder.communicate(timeout=60)
+        for home in h:
+            envs = home / ".cache" / "sgpu" / "envs"
+            assert (envs / changed["hash"] / ".sgpu-ready").exists() and not (envs / env_hash).exists()
+        # What is left still runs, shipping nothing.
+        last = launch(hosts, synced, *common, job.root / "check.py")
+        assert last.returncode == 0, last.stderr
+        assert [n["present"] for n in events(synced.env["SGPU_HOME"], "env_synced")[0]["nodes"]] == [True, True]
+
 
 def test_a_host_without_the_python_or_the_system_packages_is_named_and_nothing_starts(synced, tmp_path):
     job = job_environment(tmp_path / "job")
@@ -196,3 +230,12 @@ def test_two_launches_at_once_build_the_environment_once_with_pip_when_there_is_
             assert len(logs[0].read_text().splitlines()) == 1, "built twice on one host"
             assert not (home / ".cache" / "sgpu" / "bin").exists() or not any((home / ".cache" / "sgpu" / "bin").iterdir())
             assert (logs[0].with_suffix("") / "bin" / "pip").exists()  # made by python3 -m venv, not uv
+
+
+def test_envs_is_about_the_ssh_hosts_and_says_so_elsewhere(sgpu):
+    res = sgpu.run("launch", "--envs", "list")
+    assert res.returncode == 2, res.stderr
+    assert "--envs list is about the ssh backend's hosts: add --backend ssh" in res.stderr
+    res = sgpu.run("launch", "--backend", "ssh", "--hosts", "a", "--envs", "tidy")
+    assert res.returncode == 2
+    assert "--envs" in res.stderr and "list" in res.stderr and "prune" in res.stderr, res.stderr

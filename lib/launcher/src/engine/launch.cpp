@@ -345,6 +345,10 @@ int Engine::launch() {
     return preflight_only(done.result);
   } catch (const NetworkExplained& explained) {
     return network_explained(explained);
+  } catch (const BackendAnswer& answer) {
+    backend_->release(answer.exit_code);
+    output(answer.text);
+    return answer.exit_code;
   } catch (const Error& e) {
     not_started(e);
     throw;
@@ -392,6 +396,9 @@ int dry_run(LaunchRequest request) {
     auto plan = make_dry_run(request.resolved, in);
     output(ctx.spec.output_format == "json" ? dry_run_json(plan) : dry_run_text(plan));
     return 0;
+  } catch (const BackendAnswer& answer) {
+    output(answer.text);
+    return answer.exit_code;
   } catch (const Error& e) {
     throw Error(e.what(), kExitUsage);  // a dry run reports problems with 2, whatever they are
   }

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/ssh/env_ship.hpp"
 #include "backends/ssh/env_sync.hpp"
 #include "sgpu/env/error.hpp"
 
@@ -193,4 +194,33 @@ TEST_CASE("ssh env scripts name the hash, the interpreter and the copy's python"
   CHECK(env_python(lock, "/home/u") == "/home/u/.cache/sgpu/envs/" + lock.hash + "/bin/python");
   CHECK(wheel_cache_dir({{"HOME", "/home/u"}}) == "/home/u/.cache/sgpu/wheels");
   CHECK(wheel_cache_dir({{"HOME", "/home/u"}, {"XDG_CACHE_HOME", "/c"}}) == "/c/sgpu/wheels");
+}
+
+TEST_CASE("ssh::parse_env_listing reads a host's environments and its wheel cache") {
+  std::string why;
+  auto node = parse_env_listing(
+      "home /home/u\n"
+      "env 0123456789abcdef 1764972000 1764975600 46284 24 1 kept\n"
+      "env fedcba9876543210 1764900000 1764900000 20480 3 0 removed\n"
+      "wheels 9216 2 1024\n",
+      why);
+  REQUIRE(node);
+  CHECK(node->home == "/home/u");
+  REQUIRE(node->envs.size() == 2);
+  CHECK(node->envs[0].in_use);
+  CHECK_FALSE(node->envs[0].removed);
+  CHECK(node->envs[1].removed);
+  CHECK(node->envs[0].packages == 24);
+  CHECK(node->wheels_removed == 2);
+  CHECK_FALSE(parse_env_listing("home /home/u\n", why));
+  CHECK(why == "its answer had no wheels line");
+
+  auto text = envs_text({{"gpu-a", *node}}, true, 1764975600 + 180);
+  CHECK(text ==
+        "gpu-a (/home/u/.cache/sgpu): 1 environment, 45.2 MiB; wheels 9.0 MiB\n"
+        "  0123456789abcdef  built 2025-12-05 22:00 UTC (63m ago)  used 2025-12-05 23:00 UTC (3m ago)    45.2 MiB "
+        "  24 packages  in use\n"
+        "  fedcba9876543210  built 2025-12-05 02:00 UTC (21h ago)  used 2025-12-05 02:00 UTC (21h ago)    20.0 MiB "
+        "   3 packages  removed\n"
+        "removed 1 environment (20.0 MiB) and 2 wheels (1.0 MiB) on 1 host\n");
 }

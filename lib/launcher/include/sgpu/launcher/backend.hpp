@@ -22,6 +22,7 @@
 // code, SLURM's time limit) it gives its ClusterJob as
 // ClusterOptions::refine_end, which settles the end before it is recorded
 // and before any node hears the verdict; the exit code is derived from it.
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -76,6 +77,16 @@ struct PlannedLayout {
 struct BackendRun {
   std::optional<JobOutcome> hosted;
   AgentResult as_node;  // when `hosted` is empty
+};
+
+// What a backend's check() throws when the launch asked it for something
+// other than a job and it has answered (--envs: the ssh hosts' cached
+// environments): printed on stdout, nothing started, no run made.
+struct BackendAnswer : std::exception {
+  std::string text;
+  int exit_code = 0;
+  BackendAnswer(std::string t, int code) : text(std::move(t)), exit_code(code) {}
+  const char* what() const noexcept override { return "answered by the backend"; }
 };
 
 class Backend {

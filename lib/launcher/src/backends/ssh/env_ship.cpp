@@ -2,14 +2,19 @@
 #include "backends/ssh/env_ship.hpp"
 
 #include <unistd.h>
+#include <algorithm>
+#include <array>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
 
+#include "backends/ssh/ssh_settings.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/process/command.hpp"
@@ -205,6 +210,118 @@ std::vector<std::string> make_env_tarballs(const EnvSyncState& state, const std:
     made[signature] = tar;
     out[k] = tar;
   }
+  return out;
+}
+
+namespace {
+
+std::string mib(long long kib) { return fmt::format("{:.1f} MiB", static_cast<double>(kib) / 1024.0); }
+
+std::string when(long long t, long long now) {
+  auto ago = now - t;
+  std::string rel = ago < 120      ? fmt::format("{}s ago", std::max(0LL, ago))
+                    : ago < 7200   ? fmt::format("{}m ago", ago / 60)
+                    : ago < 172800 ? fmt::format("{}h ago", ago / 3600)
+                                   : fmt::format("{}d ago", ago / 86400);
+  std::tm tm{};
+  auto tt = static_cast<std::time_t>(t);
+  ::gmtime_r(&tt, &tm);
+  std::array<char, 32> day{};
+  std::strftime(day.data(), day.size(), "%Y-%m-%d %H:%M", &tm);
+  return fmt::format("{} UTC ({})", day.data(), rel);
+}
+
+}  // namespace
+
+std::string envs_text(const std::vector<std::pair<std::string, NodeEnvs>>& hosts, bool prune, long long now) {
+  std::string out;
+  int removed = 0;
+  long long removed_kib = 0, wheels_kib = 0;
+  int wheels_removed = 0;
+  for (const auto& [host, node] : hosts) {
+    long long total = 0;
+    for (const auto& e : node.envs) total += e.removed ? 0 : e.kib;
+    auto left = std::count_if(node.envs.begin(), node.envs.end(), [](const CachedEnv& e) { return !e.removed; });
+    out += fmt::format("{} ({}/.cache/sgpu): {} environment{}, {}; wheels {}\n", host, node.home, left,
+                       left == 1 ? "" : "s", mib(total), mib(node.wheels_kib));
+    for (const auto& e : node.envs) {
+      std::string state = e.removed ? "removed" : e.in_use ? "in use" : prune ? "kept: used recently" : "";
+      out += fmt::format("  {}  built {}  used {}  {:>10}  {:>3} packages{}\n", e.hash, when(e.built, now),
+                         when(e.used, now), mib(e.kib), e.packages, state.empty() ? "" : "  " + state);
+      if (e.removed) {
+        ++removed;
+        removed_kib += e.kib;
+      }
+    }
+    wheels_removed += node.wheels_removed;
+    wheels_kib += node.wheels_removed_kib;
+  }
+  if (prune)
+    out += fmt::format("removed {} environment{} ({}) and {} wheel{} ({}) on {} host{}\n", removed,
+                       removed == 1 ? "" : "s", mib(removed_kib), wheels_removed, wheels_removed == 1 ? "" : "s",
+                       mib(wheels_kib), hosts.size(), hosts.size() == 1 ? "" : "s");
+  return out;
+}
+
+EnvsAnswer envs_command(const JobSpec& spec, const env::Environment& inherited,
+                        const std::vector<NodeAssignment>& nodes, const SshOptions& opts) {
+  const auto& s = settings(spec);
+  bool prune = s.envs == "prune";
+  long long unused_for = s.envs_unused_for.required("--envs-unused-for").count();
+  boost::asio::io_context io;
+  std::vector<CommandResult> results(nodes.size());
+  auto command = env_maintenance_command(prune, unused_for);
+  for (std::size_t k = 0; k < nodes.size(); ++k)
+    run_command(io, ssh_argv(opts, nodes[k].entry, command), inherited,
+                std::chrono::seconds(opts.connect_timeout_s + 120), 16U << 20,
+                [&results, k](CommandResult r) { results[k] = std::move(r); });
+  io.run();
+  std::vector<std::pair<std::string, NodeEnvs>> answered;
+  std::vector<std::string> failures;
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const auto& host = nodes[k].entry.host;
+    const auto& r = results[k];
+    std::string why;
+    std::optional<NodeEnvs> envs;
+    if (!r.ok())
+      why = r.status ? fmt::format("{}{}", r.timed_out ? "no answer" : r.status->describe(),
+                                   last_line(r.err).empty() ? "" : ": " + last_line(r.err))
+                     : r.start_error;
+    else if (!(envs = parse_env_listing(r.out, why)))
+      why = "its answer was not a listing (" + why + ")";
+    if (envs)
+      answered.emplace_back(host, std::move(*envs));
+    else
+      failures.push_back(fmt::format("sgpu: error: --envs: {}: {}", host, why));
+  }
+  EnvsAnswer out;
+  out.exit_code = failures.empty() ? 0 : 1;
+  auto now = static_cast<long long>(std::time(nullptr));
+  if (spec.output_format == "json") {
+    auto doc = nlohmann::ordered_json{{"action", s.envs}, {"hosts", nlohmann::ordered_json::array()}};
+    for (const auto& [host, node] : answered) {
+      auto envs = nlohmann::ordered_json::array();
+      for (const auto& e : node.envs)
+        envs.push_back({{"hash", e.hash},
+                        {"built", e.built},
+                        {"used", e.used},
+                        {"kib", e.kib},
+                        {"packages", e.packages},
+                        {"in_use", e.in_use},
+                        {"removed", e.removed}});
+      doc["hosts"].push_back({{"host", host},
+                              {"home", node.home},
+                              {"environments", envs},
+                              {"wheels_kib", node.wheels_kib},
+                              {"wheels_removed", node.wheels_removed},
+                              {"wheels_removed_kib", node.wheels_removed_kib}});
+    }
+    doc["errors"] = failures;
+    out.text = doc.dump(2) + "\n";
+  } else {
+    out.text = envs_text(answered, prune, now);
+  }
+  for (const auto& f : failures) diagnostic("{}\n", f);
   return out;
 }
 

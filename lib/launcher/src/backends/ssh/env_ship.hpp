@@ -4,6 +4,7 @@
 // the tar each node that lacks the environment is sent before its agent.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/ssh/env_sync.hpp"
@@ -38,5 +39,17 @@ LaunchPlan::EnvSync env_sync_record(const EnvSyncState& state, const std::vector
 // made under `dir`; nodes that need the same files share one. Throws
 // sgpu::Error with tar's message.
 std::vector<std::string> make_env_tarballs(const EnvSyncState& state, const std::string& dir);
+
+// --envs list|prune: every host's cached environments, asked at once. The
+// text (or with `json`, one document) and the exit code: 0, or 1 when a host
+// could not answer (the others still listed).
+struct EnvsAnswer {
+  std::string text;
+  int exit_code = 0;
+};
+EnvsAnswer envs_command(const JobSpec& spec, const env::Environment& inherited,
+                        const std::vector<NodeAssignment>& nodes, const SshOptions& opts);
+// The listing as text, for the hosts that answered; `now` in seconds since the epoch. Pure.
+std::string envs_text(const std::vector<std::pair<std::string, NodeEnvs>>& hosts, bool prune, long long now);
 
 }  // namespace sgpu::launcher::ssh

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
@@ -270,10 +271,11 @@ std::string env_build_command(const EnvLock& lock) {
   // see it half written. The lock file then orders the builds of one hash.
   return fmt::format(
       "c=\"$HOME/.cache/sgpu\"; h={0}; e=\"$c/envs/$h\"; mkdir -p \"$c/envs\" \"$c/wheels\" \"$c/bin\" || exit 1; "
+      "exec 7>\"$c/envs/.shipping\" && if command -v flock >/dev/null 2>&1; then flock -s 7; fi; "
       "t=$(mktemp -d \"$c/.in.XXXXXX\") || exit 1; trap 'rm -rf \"$t\"' EXIT; tar -xf - -C \"$t\" || exit 1; "
       "for d in \"$t\"/wheels/*; do [ -d \"$d\" ] && mv -T \"$d\" \"$c/wheels/${{d##*/}}\" 2>/dev/null; done; "
       "for f in \"$t\"/bin/*; do [ -f \"$f\" ] && mv -f \"$f\" \"$c/bin/\"; done; "
-      "mv -f \"$t/envs/$h.txt\" \"$c/envs/$h.txt\" || exit 1; "
+      "mv -f \"$t/envs/$h.txt\" \"$c/envs/$h.txt\" || exit 1; exec 7>&-; "
       "exec 9>\"$e.lock\" || exit 1; if command -v flock >/dev/null 2>&1; then flock 9 || exit 1; fi; "
       "if [ -e \"$e/.sgpu-ready\" ]; then echo 'sgpu-env: found'; exit 0; fi; rm -rf \"$e\"; "
       "py=$(command -v {1}) || {{ echo 'no {1} on the PATH' >&2; exit 1; }}; cd \"$c\" || exit 1; u={2}; "
@@ -286,6 +288,71 @@ std::string env_build_command(const EnvLock& lock) {
       "touch \"$e/.sgpu-ready\" && echo \"built $(date -u +%Y-%m-%dT%H:%M:%SZ)\" >> \"$e.log\" && "
       "echo 'sgpu-env: built'",
       env::shell_quote(lock.hash), py, env::shell_quote(uv), site);
+}
+
+std::string env_use_prelude(const EnvLock& lock) {
+  return fmt::format(
+      "u=\"$HOME/.cache/sgpu/envs/\"{}.used; touch \"$u\" 2>/dev/null && exec 8<\"$u\" && "
+      "if command -v flock >/dev/null 2>&1; then flock -s -w 30 8; fi; ",
+      env::shell_quote(lock.hash));
+}
+
+std::string env_maintenance_command(bool prune, long long unused_for_s) {
+  return fmt::format(
+      "c=\"$HOME/.cache/sgpu\"; e=\"$c/envs\"; now=$(date +%s); prune={0}; keep={1}; "
+      "fl() {{ command -v flock >/dev/null 2>&1 && flock \"$@\"; }}; echo \"home $HOME\"; "
+      "for d in \"$e\"/*/; do d=${{d%/}}; h=${{d##*/}}; [ -e \"$d/.sgpu-ready\" ] || continue; "
+      "built=$(stat -c %Y \"$d/.sgpu-ready\"); used=$(stat -c %Y \"$e/$h.used\" 2>/dev/null || echo \"$built\"); "
+      "kb=$(du -sk \"$d\" | cut -f1); n=$(wc -l < \"$e/$h.txt\" 2>/dev/null || echo 0); busy=0; "
+      "if [ -e \"$e/$h.used\" ] && command -v flock >/dev/null 2>&1 && ! flock -n -x \"$e/$h.used\" true; then "
+      "busy=1; fi; state=kept; "
+      "if [ \"$prune\" = 1 ] && [ \"$busy\" = 0 ] && [ $((now - used)) -ge \"$keep\" ]; then "
+      "if [ -e \"$e/$h.used\" ] && command -v flock >/dev/null 2>&1; then "
+      "flock -n -x \"$e/$h.used\" rm -rf \"$d\" \"$e/$h.txt\" \"$e/$h.log\" && state=removed; "
+      "else rm -rf \"$d\" \"$e/$h.txt\" \"$e/$h.log\" && state=removed; fi; "
+      "[ \"$state\" = removed ] && rm -f \"$e/$h.used\" \"$e/$h.lock\"; fi; "
+      "echo \"env $h $built $used $kb $n $busy $state\"; done; "
+      "gone=0; gkb=0; if [ \"$prune\" = 1 ] && [ -d \"$c/wheels\" ]; then mkdir -p \"$e\"; "
+      "exec 7>\"$e/.shipping\"; if command -v flock >/dev/null 2>&1; then flock -x 7; fi; "
+      "refs=\" $(cat \"$e\"/*.txt 2>/dev/null | cut -d/ -f2 | tr '\\n' ' ') \"; "
+      "for w in \"$c/wheels\"/*/; do w=${{w%/}}; [ -d \"$w\" ] || continue; case \"$refs\" in *\" ${{w##*/}} \"*) "
+      "continue;; esac; "
+      "k=$(du -sk \"$w\" | cut -f1); rm -rf \"$w\" && gone=$((gone + 1)) && gkb=$((gkb + k)); done; exec 7>&-; fi; "
+      "wkb=$(du -sk \"$c/wheels\" 2>/dev/null | cut -f1); echo \"wheels ${{wkb:-0}} $gone $gkb\"",
+      prune ? 1 : 0, unused_for_s);
+}
+
+std::optional<NodeEnvs> parse_env_listing(const std::string& text, std::string& why) {
+  NodeEnvs out;
+  bool wheels = false;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    std::istringstream line(text.substr(start, nl - start));
+    start = nl + 1;
+    std::string kind;
+    line >> kind;
+    if (kind == "home") {
+      line >> out.home;
+    } else if (kind == "env") {
+      CachedEnv env;
+      int busy = 0;
+      std::string state;
+      if (line >> env.hash >> env.built >> env.used >> env.kib >> env.packages >> busy >> state) {
+        env.in_use = busy != 0;
+        env.removed = state == "removed";
+        out.envs.push_back(env);
+      }
+    } else if (kind == "wheels") {
+      wheels = static_cast<bool>(line >> out.wheels_kib >> out.wheels_removed >> out.wheels_removed_kib);
+    }
+  }
+  if (!wheels) {
+    why = "its answer had no wheels line";
+    return std::nullopt;
+  }
+  return out;
 }
 
 std::string env_python(const EnvLock& lock, const std::string& home) {

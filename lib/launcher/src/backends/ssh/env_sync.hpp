@@ -113,6 +113,33 @@ std::string interpreter_minor(const std::string& interpreter);
 // builds the environment of `lock.hash` unless it is there (holding its lock
 // file while it does); prints "sgpu-env: built" or "sgpu-env: found".
 std::string env_build_command(const EnvLock& lock);
+// Run before a node's agent (the bootstrap's prelude): marks the environment
+// used now and holds a shared lock on that mark while the agent runs, so
+// --envs prune never removes an environment a job is using.
+std::string env_use_prelude(const EnvLock& lock);
+
+// --envs list|prune: one host's cached environments.
+struct CachedEnv {
+  std::string hash;
+  long long built = 0;  // seconds since the epoch
+  long long used = 0;   // the last launch that used it (its build when none did)
+  long long kib = 0;
+  int packages = 0;
+  bool in_use = false;  // a job's agent holds it now
+  bool removed = false;
+};
+struct NodeEnvs {
+  std::string home;
+  std::vector<CachedEnv> envs;
+  long long wheels_kib = 0;  // the wheel cache, after a prune
+  int wheels_removed = 0;
+  long long wheels_removed_kib = 0;
+};
+// The remote script: lists (and with `prune`, removes what no launch used for
+// `unused_for_s` and is not in use, then the wheels no environment left needs).
+std::string env_maintenance_command(bool prune, long long unused_for_s);
+std::optional<NodeEnvs> parse_env_listing(const std::string& text, std::string& why);
+
 // The node's interpreter of the environment, under its $HOME.
 std::string env_python(const EnvLock& lock, const std::string& home);
 

@@ -310,7 +310,10 @@ std::vector<SshNode> node_steps(const SshLaunch& in, const std::vector<ssh::Node
       node.steps.push_back({"building the Python environment (--sync-env)",
                             ssh::ssh_argv(opts, host, ssh::env_build_command(in.env->lock)), env_tars[k], ""});
     auto b = boot;
-    if (in.env) b.exports.emplace_back("SGPU_PYTHON", ssh::env_python(in.env->lock, in.env->probes[k].home));
+    if (in.env) {
+      b.exports.emplace_back("SGPU_PYTHON", ssh::env_python(in.env->lock, in.env->probes[k].home));
+      b.prelude = ssh::env_use_prelude(in.env->lock);
+    }
     if (!chosen[k].devices.empty()) {
       std::string list;
       for (int d : chosen[k].devices) list += (list.empty() ? "" : ",") + std::to_string(d);
@@ -406,6 +409,10 @@ class SshBackend : public Backend {
     in_.join_timeout = limits.join_timeout;
     in_.heartbeat_timeout = limits.heartbeat_timeout;
     chosen_ = choose_ssh_hosts(ctx.spec);  // reads the hostfile: its mistakes are said before any ssh
+    if (!s.envs.empty()) {                 // --envs: the hosts' cached environments, instead of a job
+      auto answer = ssh::envs_command(spec, ctx.inherited, chosen_, ssh_options(spec));
+      throw BackendAnswer(std::move(answer.text), answer.exit_code);
+    }
     // --sync-env: every node is asked now, so one that cannot run the
     // environment is said before the run exists.
     if (s.sync_env) in_.env = ssh::prepare_env_sync(spec, ctx.inherited, chosen_, ssh_options(spec), ctx.dry_run);

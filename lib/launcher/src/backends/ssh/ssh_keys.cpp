@@ -114,6 +114,20 @@ std::vector<KeyInfo> spec_keys() {
        .flags = "--sync-env",
        .help = "replicate the job's Python environment (--python's) on every node, offline, cached by its lock",
        .apply = [](JobSpec& s, const S& v) { edit(s).sync_env = as_bool(v); }},
+      {.path = "ssh.envs",
+       .kind = K::Choice,
+       .flags = "--envs",
+       .help = "the hosts' cached --sync-env environments instead of a job: list them, or prune those unused for "
+               "--envs-unused-for (never one in use)",
+       .choices = {"list", "prune"},
+       .apply = [](JobSpec& s, const S& v) { edit(s).envs = as_string(v); }},
+      {.path = "ssh.envs_unused_for",
+       .kind = K::Duration,
+       .flags = "--envs-unused-for",
+       .help = "--envs prune removes the environments no launch used for this long (default 30d), never one in "
+               "use, and the wheels no environment left needs",
+       .none_ok = false,
+       .apply = [](JobSpec& s, const S& v) { edit(s).envs_unused_for = env::Duration(as_string(v), v.subject()); }},
   };
 }
 

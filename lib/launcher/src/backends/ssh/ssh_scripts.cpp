@@ -38,6 +38,7 @@ std::string agent_bootstrap_script(const AgentBootstrap& boot) {
   for (const auto& name : boot.secret_names) s += fmt::format("IFS= read -r {0} || exit 125; export {0}; ", name);
   for (const auto& [name, value] : boot.exports)
     s += fmt::format("{}={}; export {}; ", name, env::shell_quote(value), name);
+  s += boot.prelude;
   s += "set -- $SSH_CONNECTION; case $1 in *:*) sgpu_launcher=\"[$1]\";; *) sgpu_launcher=$1;; esac; ";
   if (!boot.cd.empty()) s += fmt::format("cd {} || exit 1; ", home_word(boot.cd));
   if (!boot.argv.empty()) {

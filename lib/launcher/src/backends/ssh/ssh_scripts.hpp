@@ -30,6 +30,7 @@ inline constexpr const char* kLauncherAddress = "{launcher}";
 struct AgentBootstrap {
   std::vector<std::string> secret_names;                     // read from stdin in this order, then exported
   std::vector<std::pair<std::string, std::string>> exports;  // not secret: CUDA_VISIBLE_DEVICES=0,2
+  std::string prelude;                                       // shell text run first (--sync-env's use mark)
   std::string cd;                                            // change to this directory first; "" stays in $HOME
   std::string remove_after;                                  // removed once the agent ends: the --sync copy
   std::vector<std::string> argv;                             // argv[0]: "sgpu" (from PATH) or a shipped binary's path

@@ -25,8 +25,10 @@ struct Settings {
   std::vector<std::string> env_files;    // --env-file F: NAME=value lines to forward
   std::string sync;                      // a directory shipped to every node
   std::vector<std::string> sync_exclude;
-  bool ship_sgpu = false;  // copy this sgpu binary to hosts without one
-  bool sync_env = false;   // replicate the job's Python environment on every node (env_sync.hpp)
+  bool ship_sgpu = false;                 // copy this sgpu binary to hosts without one
+  bool sync_env = false;                  // replicate the job's Python environment on every node (env_sync.hpp)
+  std::string envs;                       // "list" or "prune": the hosts' cached environments, nothing started
+  env::Duration envs_unused_for = "30d";  // --envs prune removes what no launch used for this long
 };
 
 inline const Settings& settings(const JobSpec& spec) { return spec.backend_settings.get<Settings>(); }
