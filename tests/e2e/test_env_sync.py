@@ -120,6 +120,9 @@ def test_environment_reaches_every_host_and_a_second_launch_ships_nothing(synced
         shipped = events(synced.env["SGPU_HOME"], "env_synced")
         assert len(shipped) == 1 and shipped[0]["hash"] == env_hash
         assert all(not n["present"] and n["uv_shipped"] and n["bytes_shipped"] > 0 for n in shipped[0]["nodes"])
+        assert [n["outcome"] for n in shipped[0]["nodes"]] == ["built", "built"]
+        assert all(n["seconds"] > 0 for n in shipped[0]["nodes"])
+        assert first.stderr.count(": the environment is built (") == 2, first.stderr
 
         # The same environment again: every host has it, nothing is shipped,
         # and the DDP example over the copies gives one node's loss.
@@ -132,7 +135,8 @@ def test_environment_reaches_every_host_and_a_second_launch_ships_nothing(synced
         assert final_loss(ddp.stdout) == final_loss(local_run.stdout)
         again = events(synced.env["SGPU_HOME"], "env_synced")[0]
         assert again["hash"] == env_hash
-        assert [(n["present"], n["wheels_shipped"], n["bytes_shipped"]) for n in again["nodes"]] == [(True, 0, 0)] * 2
+        assert [(n["present"], n["wheels_shipped"], n["bytes_shipped"], n["outcome"]) for n in again["nodes"]] == \
+            [(True, 0, 0, "present")] * 2
         summary = json.loads(sorted((pathlib.Path(synced.env["SGPU_HOME"]) / "runs").glob("*/summary.json"),
                                     key=lambda p: p.stat().st_mtime)[-1].read_text())
         assert summary["spec"]["environment"]["hash"] == env_hash
@@ -224,6 +228,14 @@ def test_two_launches_at_once_build_the_environment_once_with_pip_when_there_is_
             assert p.returncode == 0, err
             assert {local for _, _, _, local, _ in rank_lines(out)} == {"local-v1"}, out
             assert re.search(r": got \d+ wheels \(", err) and "and uv" not in err, err
+        # Each host built it once: for one run, the other found it (waiting on the build) or had it.
+        outcomes = []
+        for events_file in (pathlib.Path(synced.env["SGPU_HOME"]) / "runs").glob("*/events.jsonl"):
+            sync = [json.loads(x) for x in events_file.read_text().splitlines() if '"env_synced"' in x][0]
+            outcomes.append([n["outcome"] for n in sync["nodes"]])
+        assert len(outcomes) == 2
+        for per_host in zip(*outcomes):
+            assert sorted(per_host) in (["built", "found"], ["built", "present"]), outcomes
         for home in h:
             logs = list((home / ".cache" / "sgpu" / "envs").glob("*.log"))
             assert len(logs) == 1, logs

@@ -174,7 +174,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       auto plan = ClusterJob::job_plan(spec, run_id, run_dir, cwd, placement, start.master_addr,
                                        static_cast<int>(start.master_port));
       for (const auto& n : nodes) plan.routes.push_back({n.name, n.socket_interface, n.reach_us / 1000.0});
-      plan.env_sync = options.env_sync;
+      if (options.env_sync) plan.env_sync = *options.env_sync;
       // ranks/<r>/ appear as each rank's logs and files arrive, not all at
       // once here: thousands of mkdirs would hold up every node's heartbeat.
       observer = &host.observe(io, plan);

@@ -286,7 +286,9 @@ nlohmann::ordered_json env_sync_json(const LaunchPlan::EnvSync& sync) {
                      {"wheels_shipped", n.wheels},
                      {"uv_shipped", n.uv},
                      {"bytes_shipped", n.bytes},
-                     {"interpreter", n.interpreter}});
+                     {"interpreter", n.interpreter},
+                     {"outcome", n.outcome},
+                     {"seconds", n.seconds}});
   return {{"hash", sync.hash}, {"python", sync.python}, {"packages", sync.packages}, {"nodes", nodes}};
 }
 

@@ -147,7 +147,8 @@ LaunchPlan::EnvSync env_sync_record(const EnvSyncState& state, const std::vector
   for (std::size_t k = 0; k < nodes.size() && k < state.probes.size(); ++k) {
     const auto& s = state.shipments[k];
     out.nodes.push_back({nodes[k].entry.host, state.probes[k].env_ready, static_cast<int>(s.wheels.size()), s.uv,
-                         s.bytes, env_python(state.lock, state.probes[k].home)});
+                         s.bytes, env_python(state.lock, state.probes[k].home),
+                         state.probes[k].env_ready ? "present" : "shipped", 0});
   }
   return out;
 }

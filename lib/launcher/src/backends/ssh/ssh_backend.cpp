@@ -77,6 +77,9 @@ std::string shipped_path(const std::string& self_exe) {
   return fmt::format("~/.cache/sgpu/bin/sgpu-{}-{:x}", size, static_cast<unsigned long long>(mtime));
 }
 
+// The step that ships and builds the --sync-env environment.
+constexpr const char* kEnvStep = "building the Python environment (--sync-env)";
+
 // How long a lost node's ssh session may take to end after the rendezvous
 // lost the node, before the run ends without its word (a cut network leaves
 // ssh waiting for its own keepalive).
@@ -124,7 +127,18 @@ class Handler : public SshNodesHandler {
     ended_ = true;
     if (nodes_) nodes_->end(wait);
   }
+  // --sync-env: a node's build step ended; what it said (built, or found
+  // built by another launch) and how long it took go to the run's record.
+  void on_step_done(int node, const std::string& what, const std::vector<std::string>& said, double seconds) override {
+    if (!env_sync_ || what != kEnvStep || static_cast<std::size_t>(node) >= env_sync_->nodes.size()) return;
+    auto& n = env_sync_->nodes[static_cast<std::size_t>(node)];
+    n.seconds = seconds;
+    n.outcome = std::find(said.begin(), said.end(), "sgpu-env: found") != said.end() ? "found" : "built";
+    diagnostic("sgpu:   {}: the environment is {} ({:.1f} s)\n", n.node,
+               n.outcome == "found" ? "there: another launch built it meanwhile" : "built", seconds);
+  }
   void attach(SshNodes& nodes) { nodes_ = &nodes; }
+  void attach(std::shared_ptr<LaunchPlan::EnvSync> sync) { env_sync_ = std::move(sync); }
   const std::optional<ssh::NodeFailure>& first() const { return first_; }
 
  private:
@@ -144,6 +158,7 @@ class Handler : public SshNodesHandler {
   std::vector<bool> exited_;
   std::optional<ssh::NodeFailure> first_;
   SshNodes* nodes_ = nullptr;
+  std::shared_ptr<LaunchPlan::EnvSync> env_sync_;
   bool ended_ = false;
   asio::steady_timer wait_;
   std::function<void()> pending_;  // refine's `settled`, until the lost node's session ends
@@ -307,8 +322,8 @@ std::vector<SshNode> node_steps(const SshLaunch& in, const std::vector<ssh::Node
       node.steps.push_back(
           {"unpacking --sync " + s.sync, ssh::ssh_argv(opts, host, ssh::unpack_script(remote_sync)), tarball, ""});
     if (in.env && !env_tars[k].empty())
-      node.steps.push_back({"building the Python environment (--sync-env)",
-                            ssh::ssh_argv(opts, host, ssh::env_build_command(in.env->lock)), env_tars[k], ""});
+      node.steps.push_back(
+          {kEnvStep, ssh::ssh_argv(opts, host, ssh::env_build_command(in.env->lock)), env_tars[k], ""});
     auto b = boot;
     if (in.env) {
       b.exports.emplace_back("SGPU_PYTHON", ssh::env_python(in.env->lock, in.env->probes[k].home));
@@ -345,7 +360,7 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
   copts.master_addr = in.spec.rendezvous.master_addr;
   copts.run = run;
   if (in.env) {
-    copts.env_sync = ssh::env_sync_record(*in.env, chosen);
+    copts.env_sync = std::make_shared<LaunchPlan::EnvSync>(ssh::env_sync_record(*in.env, chosen));
     announce_env_sync(*copts.env_sync);
   }
   // Once the run is over, the sessions still open are ended and waited for:
@@ -373,6 +388,7 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
   Handler handler(io, job, labels, std::move(hosts));
   SshNodes starter(io, std::move(nodes), s.max_parallel, handler);
   handler.attach(starter);
+  if (copts.env_sync) handler.attach(copts.env_sync);
   handler_at_end = &handler;
   starter.start();
   // --sync-env's tars were read by the steps before the agents: none stays.

@@ -35,6 +35,7 @@ struct SshNodes::Impl {
   struct Node {
     SshNode spec;
     std::size_t step = 0;
+    std::chrono::steady_clock::time_point step_started{};
     // ssh in its own process group: the terminal's Ctrl-C reaches sgpu, which
     // stops remote nodes through the rendezvous, not by cutting their
     // connections; signal_group reaches what ssh started (a ProxyCommand,
@@ -96,6 +97,7 @@ struct SshNodes::Impl {
     const auto& step = n.spec.steps[n.step];
     n.wait_status.reset();
     n.out_text.clear();
+    n.step_started = std::chrono::steady_clock::now();
     try {
       n.proc = std::make_unique<ChildProcess>(io, ssh_options(step));
     } catch (const std::system_error& e) {
@@ -172,6 +174,9 @@ struct SshNodes::Impl {
     auto status = env::ExitStatus::from_wait_status(*n.wait_status);
     bool last = n.step + 1 == n.spec.steps.size();
     if (status.success() && !last && !stopped) {
+      std::vector<std::string> said(n.tail.begin(), n.tail.end());
+      handler.on_step_done(index, n.spec.steps[n.step].what, said,
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - n.step_started).count());
       ++n.step;
       return run_step(index);
     }

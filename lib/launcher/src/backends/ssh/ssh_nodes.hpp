@@ -39,6 +39,10 @@ class SshNodesHandler {
   virtual void on_agent_ready(int /*node*/) {}
   // A line the agent's side wrote (stdout or stderr) once it runs.
   virtual void on_agent_line(int /*node*/, const std::string& /*line*/) {}
+  // A step before the agent's succeeded: what it is, the lines it (and the
+  // steps before) wrote, and how long it took.
+  virtual void on_step_done(int /*node*/, const std::string& /*what*/, const std::vector<std::string>& /*said*/,
+                            double /*seconds*/) {}
   // Once per node: its last ssh ended, or a step before failed.
   virtual void on_node_exit(int node, const SshNodeExit& exit) = 0;
 };

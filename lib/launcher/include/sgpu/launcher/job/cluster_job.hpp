@@ -71,7 +71,9 @@ struct ClusterOptions {
   std::optional<Clock::time_point> end_by{};
   // --sync-env: what each node had or was sent, for the job's plan (the
   // summary, the events).
-  std::optional<LaunchPlan::EnvSync> env_sync{};
+  // (shared: the backend completes it as each node's build step ends,
+  // before the nodes join).
+  std::shared_ptr<LaunchPlan::EnvSync> env_sync{};
 };
 
 // --join-timeout and --heartbeat-timeout from the spec, checked (a limit,

@@ -71,6 +71,10 @@ struct LaunchPlan {
       bool uv = false;          // uv shipped
       std::uint64_t bytes = 0;  // shipped
       std::string interpreter;  // the node's copy's python
+      // "present" (built before), "built" (by this launch), "found" (built
+      // by another launch while this one waited for it), "shipped" (not heard of yet)
+      std::string outcome;
+      double seconds = 0;  // shipping and building
     };
     std::vector<Node> nodes;
   };
