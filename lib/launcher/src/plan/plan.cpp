@@ -195,6 +195,7 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
     node.gpus = !plan.gpus.empty();
     node.head_addr = job.master_addr;
     node.port = in.master_port;
+    node.agent_ports = in.ray_ports;
     node.temp_dir = ray_temp_dir(plan.run_dir, plan.run_id);
     node.dashboard = spec.ray_dashboard;
     node.metrics = spec.ray_metrics;

@@ -30,6 +30,11 @@ std::vector<std::string> ray_start_args(const RayNode& node) {
     args.push_back("--node-ip-address=" + node.head_addr);
     args.push_back("--temp-dir=" + node.temp_dir);
     args.push_back(node.dashboard ? "--include-dashboard=true" : "--include-dashboard=false");
+    if (node.agent_ports.size() == 3) {
+      args.push_back(fmt::format("--dashboard-agent-grpc-port={}", node.agent_ports[0]));
+      args.push_back(fmt::format("--metrics-export-port={}", node.agent_ports[1]));
+      args.push_back(fmt::format("--runtime-env-agent-port={}", node.agent_ports[2]));
+    }
   }
   args.push_back(fmt::format("{}={}", node.gpus ? "--num-gpus" : "--num-cpus", node.slots));
   args.push_back(fmt::format(R"(--resources={{"{}": 1}})", ray_node_resource(node.node_rank)));

@@ -133,7 +133,10 @@ class LocalBackend : public Backend {
     in_.topology = topology_;
     port_.emplace(spec.master_port.value_or(0));
     in_.master_port = port_->port();
-    if (spec.ray) in_.ray_token = ray_token(rendezvous::Secret::generate());
+    if (spec.ray) {
+      in_.ray_token = ray_token(rendezvous::Secret::generate());
+      for (int i = 0; i < 3; ++i) in_.ray_ports.push_back(ray_ports_.emplace_back(0).port());
+    }
     plan_ = naming_filters([&] { return make_plan(spec, in_); });
     return plan_;
   }
@@ -244,7 +247,8 @@ class LocalBackend : public Backend {
   std::string left_out_;  // "GPU 3 left out by --exclude :3", for messages; "" none
   std::optional<Topology> topology_;
   PlanInputs in_;
-  std::optional<rendezvous::PortReservation> port_;  // MASTER_PORT, held until the ranks bind it
+  std::optional<rendezvous::PortReservation> port_;     // MASTER_PORT, held until the ranks bind it
+  std::vector<rendezvous::PortReservation> ray_ports_;  // --ray: the head's agents' ports, for the run
   LaunchPlan plan_;
   bool discovered_ = false;
   int ranks_ = 0;

@@ -104,6 +104,7 @@ struct PlanInputs {
   std::optional<int> world_size;
   // --ray: the token every Ray node and the driver authenticate with ("" for none).
   std::string ray_token;
+  std::vector<int> ray_ports;  // --ray's head: its agents' ports, reserved (RayNode::agent_ports); empty: Ray picks
   // This node's processors (devices/topology.hpp), read when --cpu-bind or
   // --report-bindings asks; nullopt: the ranks are not bound here.
   std::optional<Topology> topology;

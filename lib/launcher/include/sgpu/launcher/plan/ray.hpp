@@ -29,6 +29,11 @@ struct RayNode {
   // How long the head waits for every node to be alive, and a worker for
   // the head (--join-timeout, as sgpu's own rendezvous); 0: no limit.
   double wait_s = 600;
+  // The head's metrics agent, metrics export and runtime-env agent ports,
+  // reserved as MASTER_PORT is. Ray would pick them at random from the same
+  // high range sgpu reserves the GCS port in, and refuse to start when one
+  // matched it ("used by other components"). Empty: Ray picks.
+  std::vector<int> agent_ports{};
 };
 
 // --ray-metrics: <run_dir>/ray/metrics.jsonl, one JSON line per node and second.
