@@ -1,13 +1,29 @@
 #pragma once
 // What the fake driver libraries read from the environment (README "Test
 // hooks"): how many GPUs, and which faults to inject where.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 namespace sgpu_fake {
 
-inline const char* env(const char* name) { return std::getenv(name); }
+// NAME's value, or when NAME_FILE is set, that file's first line, read at
+// each call: a test changes a fault while sgpu runs (the health gate before
+// a restart sees a GPU fail that was healthy at the start).
+inline const char* env(const char* name) {
+  static thread_local std::string from_file;
+  std::string file_var = std::string(name) + "_FILE";
+  if (const char* path = std::getenv(file_var.c_str()); path != nullptr) {
+    from_file.clear();
+    if (FILE* f = std::fopen(path, "r"); f != nullptr) {
+      for (int c = std::fgetc(f); c != EOF && c != '\n'; c = std::fgetc(f)) from_file += static_cast<char>(c);
+      std::fclose(f);
+    }
+    return from_file.empty() ? nullptr : from_file.c_str();
+  }
+  return std::getenv(name);
+}
 
 inline int gpu_count() {
   const char* n = env("SGPU_FAKE_DRIVER_GPUS");

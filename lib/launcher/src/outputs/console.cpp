@@ -120,6 +120,12 @@ void ConsolePrinter::on_restart(int attempt, const env::JobEnd& cause, env::Seco
   sink_.write(Stream::Err, restart_line(attempt, options_.max_restarts, cause, backoff));
 }
 
+void ConsolePrinter::on_excluded(const Exclusion& e) {
+  sink_.write(Stream::Err, fmt::format("sgpu: warning: {}GPU {} fails the health gate: {}; left out for the rest of "
+                                       "the run (attempt {} on)\n",
+                                       e.host.empty() ? "" : e.host + " ", e.gpu, e.reason, e.attempt));
+}
+
 void ConsolePrinter::on_rank_exited(int /*rank*/, const env::ExitStatus& /*status*/, bool /*terminated_by_sgpu*/) {
   if (++exited_ >= options_.labels.size()) sink_.release();
 }

@@ -260,6 +260,7 @@ struct JobOutputs::Impl {
     report.timeout = plan.timeout;
     report.mlflow = tracking;
     report.signal_before = signal_before.record();
+    report.excluded = outcome.excluded;
     std::size_t budget = kResultsBudget;
     for (const auto& r : plan.ranks) {
       RankReport rank;

@@ -126,6 +126,14 @@ void RunLog::on_attempt_started(int attempt) {
   append_event({{"event", "attempt_started"}, {"attempt", attempt}});
 }
 
+void RunLog::on_excluded(const Exclusion& e) {
+  append_event({{"event", "excluded"},
+                {"host", e.host.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(e.host)},
+                {"gpu", e.gpu},
+                {"reason", e.reason},
+                {"attempt", e.attempt}});
+}
+
 void RunLog::reopen() {
   writer_.drain();
   for (auto& f : logs_) f = AppendFile::deferred(f.path());

@@ -187,6 +187,16 @@ json spec_json(const JobSpec& spec, const LaunchPlan& plan) {
   };
 }
 
+json excluded_json(const std::vector<Exclusion>& excluded) {
+  json out = json::array();
+  for (const auto& e : excluded)
+    out.push_back({{"host", e.host.empty() ? json(nullptr) : json(e.host)},
+                   {"gpu", e.gpu},
+                   {"reason", e.reason},
+                   {"attempt", e.attempt}});
+  return out;
+}
+
 json summary_json(const RunReport& report, const json& spec) {
   json ranks = json::array();
   for (const auto& r : report.ranks) {
@@ -232,6 +242,7 @@ json summary_json(const RunReport& report, const json& spec) {
       {"root_cause", root_cause},
       {"attempts", attempts},
       {"warnings", report.warnings},
+      {"excluded", excluded_json(report.excluded)},
       {"signal_before", report.signal_before ? json(signal_before_json(*report.signal_before)) : json(nullptr)},
       // --ray-metrics: where the Ray nodes' resources are, once a second.
       {"ray_metrics", spec.contains("ray") && spec["ray"].is_object() ? spec["ray"]["metrics"] : json(nullptr)},
@@ -268,6 +279,7 @@ json not_started_json(const std::string& run_id, const std::string& run_dir, con
         {"error_file", nullptr}}},
       {"attempts", json::array()},
       {"warnings", json::array()},
+      {"excluded", json::array()},
       {"signal_before", nullptr},
       {"ray_metrics", nullptr},
       {"mlflow", mlflow_json(mlflow)},

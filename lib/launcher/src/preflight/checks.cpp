@@ -233,6 +233,23 @@ Judgement judge_gpu(const GpuHealth& g) {
   return j;
 }
 
+std::string gate_reason(const GpuHealth& g) {
+  if (!g.read) return "";
+  if (!g.found) return "NVML no longer finds it at its PCI bus id (it fell off the bus)";
+  auto judged = judge_gpu(g);
+  if (judged.verdict == Verdict::fail) {
+    std::string why;
+    for (const auto& r : judged.reasons) why += (why.empty() ? "" : "; ") + r;
+    return why;
+  }
+  if (!g.pids.empty()) {
+    std::string pids;
+    for (auto p : g.pids) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+    return fmt::format("in use by process {}, which is not the job's", pids);
+  }
+  return "";
+}
+
 std::string topology_path(int nvml_level) {
   switch (nvml_level) {
     case 0:

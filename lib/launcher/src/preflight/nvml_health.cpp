@@ -137,6 +137,7 @@ HealthReport query_health(const std::vector<env::Gpu>& gpus) {
     // NVML runs, so every GPU was read; one whose bus id it does not know keeps its facts unset.
     report.gpus.push_back(d != nullptr ? read_gpu(nvml, d, g) : unread(g));
     report.gpus.back().read = true;
+    report.gpus.back().found = d != nullptr;
   }
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     for (std::size_t k = i + 1; k < gpus.size(); ++k) {
@@ -156,6 +157,19 @@ HealthReport query_health(const std::vector<env::Gpu>& gpus) {
   nvml.shutdown();
   report.ok = true;
   return report;
+}
+
+GateResult health_gate(const std::vector<env::Gpu>& gpus) {
+  GateResult out;
+  if (gpus.empty()) return out;
+  auto report = query_health(gpus);
+  if (!report.ok) {
+    out.error = report.error;
+    return out;
+  }
+  for (const auto& g : report.gpus)
+    if (auto why = gate_reason(g); !why.empty()) out.failures.push_back({g.index, why});
+  return out;
 }
 
 }  // namespace sgpu::launcher::preflight

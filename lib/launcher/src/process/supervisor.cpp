@@ -343,6 +343,8 @@ struct Supervisor::State : JobControl::Actions {
 
   // The failed attempt is torn down and the backoff is over: the whole group again.
   void restart() {
+    auto next = relaunch(control.attempt());
+    if (next.empty()) return finish_run();  // the run's end stays the last attempt's
     finished = false;
     for (auto& r : ranks) retired.push_back(std::move(r));
     ranks.clear();
@@ -350,7 +352,7 @@ struct Supervisor::State : JobControl::Actions {
     outcome.spawn_error.clear();
     observer.on_attempt_started(control.attempt());
     flows = weak_flows(observer);  // the console's, if it still takes backpressure, and the log's
-    start_attempt(relaunch(control.attempt()));
+    start_attempt(std::move(next));
   }
 
   // One attempt's ranks, a batch per turn of the loop (spawn_from).

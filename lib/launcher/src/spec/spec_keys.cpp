@@ -212,6 +212,14 @@ std::vector<KeyInfo> make_keys() {
        .min = 0,
        .max = 1000000,
        .apply = [](JobSpec& s, const S& v) { s.max_restarts = to_int(v); }},
+      {.path = "job.health_gate",
+       .kind = K::Choice,
+       .flags = "--health-gate",
+       .help = "on (default): before the first start and every restart, the job's GPUs are read through NVML, and "
+               "one with uncorrectable ECC errors, pending retirements or remaps, off the bus or used by another "
+               "process is left out for the rest of the run (a spare GPU of this node takes its place); off",
+       .choices = {"on", "off"},
+       .apply = [](JobSpec& s, const S& v) { s.health_gate = as_string(v) == "on"; }},
       {.path = "job.restart_backoff",
        .kind = K::Duration,
        .flags = "--restart-backoff",

@@ -255,3 +255,43 @@ TEST_CASE("preflight::to_hex and from_hex") {
   CHECK_THROWS_AS(from_hex("007f", back, 4), sgpu::Error);
   CHECK_THROWS_AS(from_hex("zz7fabff", back, 4), sgpu::Error);
 }
+
+TEST_CASE("preflight::gate_reason: what keeps a GPU out of the next attempt") {
+  struct Row {
+    const char* what;
+    void (*change)(GpuHealth&);
+    std::string reason;  // "" usable
+  };
+  const Row rows[] = {
+      {"healthy", [](GpuHealth&) {}, ""},
+      {"health not read (no NVML): not judged", [](GpuHealth& g) { g.read = false; }, ""},
+      {"off the bus", [](GpuHealth& g) { g.found = false; },
+       "NVML no longer finds it at its PCI bus id (it fell off the bus)"},
+      {"uncorrectable ECC errors", [](GpuHealth& g) { g.ecc_volatile_uncorrected = 2; },
+       "2 uncorrectable ECC errors since the driver loaded"},
+      {"two faults at once",
+       [](GpuHealth& g) {
+         g.retired_pages_pending = true;
+         g.remap_failed = true;
+       },
+       "a row remapping failed: the GPU needs service; retired pages pending: the GPU needs a reset"},
+      {"another process on it",
+       [](GpuHealth& g) {
+         g.pids = {4242, 7};
+       },
+       "in use by process 4242, 7, which is not the job's"},
+      {"a warning is no reason: hot, or old ECC errors",
+       [](GpuHealth& g) {
+         g.temperature_c = 90;
+         g.ecc_aggregate_uncorrected = 1;
+       },
+       ""},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(std::string(row.what));
+    GpuHealth g;
+    g.index = 1;
+    row.change(g);
+    CHECK(gate_reason(g) == row.reason);
+  }
+}

@@ -1,4 +1,5 @@
 #include "backends/local/local_backend.hpp"
+#include "sgpu/launcher/preflight/health.hpp"
 
 #include <unistd.h>
 #include <algorithm>
@@ -138,6 +139,9 @@ class LocalBackend : public Backend {
       for (int i = 0; i < 3; ++i) in_.ray_ports.push_back(ray_ports_.emplace_back(0).port());
     }
     plan_ = naming_filters([&] { return make_plan(spec, in_); });
+    // --preflight reads the first start's GPUs itself (and runs an all-reduce on them).
+    if (!spec.preflight.enabled)
+      if (auto why = gate(spec, plan_, 0); !why.empty()) throw Error(why, 1);
     return plan_;
   }
 
@@ -145,6 +149,8 @@ class LocalBackend : public Backend {
     say_plan_notes(plan_, ranks_);
     auto& io = *ctx.io;
     auto& observer = host.observe(io, plan_);
+    observer_ = &observer;
+    for (const auto& e : excluded_) observer.on_excluded(e);  // before the first start: said now
     // --sample-every: this node's ranks and GPUs, on the supervisor's loop, until the job is over.
     std::optional<metrics::Sampler> sampler;
     auto options = supervision(ctx, host);
@@ -166,7 +172,9 @@ class LocalBackend : public Backend {
       for (auto& r : plan_.ranks) r.env[name] = value;
     }
     offer_stacks(ctx, host, supervisor);
-    return {supervisor.run(rank_launches(plan_)), {}};
+    auto outcome = supervisor.run(rank_launches(plan_));
+    outcome.excluded = excluded_;
+    return {std::move(outcome), {}};
   }
 
  private:
@@ -195,15 +203,56 @@ class LocalBackend : public Backend {
     if (plan.max_restarts > 0) {
       // Each attempt gets its own MASTER_PORT (the new one is reserved
       // before the old is let go, so they differ) unless --master-port fixed it.
-      options.relaunch = [this, &spec = ctx.spec](int attempt) {
+      // A GPU the health gate fails is left out and a spare takes its place;
+      // with none left, no attempt starts and the run ends with the last one's end.
+      options.relaunch = [this, &spec = ctx.spec](int attempt) -> std::vector<RankLaunch> {
         if (!spec.master_port) *port_ = rendezvous::PortReservation(0);
         in_.master_port = port_->port();
         in_.restart_count = attempt;
-        return rank_launches(make_plan(spec, in_));
+        auto next = make_plan(spec, in_);
+        if (auto why = gate(spec, next, attempt); !why.empty()) {
+          diagnostic("sgpu: error: attempt {} cannot start: {}\n", attempt, why);
+          return {};
+        }
+        return rank_launches(next);
       };
     }
     options.on_end = [&host] { host.offer_stacks(nullptr); };
     return options;
+  }
+
+  // --health-gate: the plan's GPUs read through NVML before `attempt`. One
+  // that fails is left out for the rest of the run and the plan made again,
+  // so a GPU of this node beyond the job's takes its place. "" when the plan
+  // is healthy; else why no healthy plan is left.
+  std::string gate(const JobSpec& spec, LaunchPlan& plan, int attempt) {
+    if (!spec.health_gate || plan.gpus.empty()) return "";
+    for (;;) {
+      auto result = preflight::health_gate(plan.gpus);
+      if (!result.error.empty()) {
+        if (!gate_unread_said_)
+          diagnostic("sgpu: note: the health gate could not read the GPUs' health ({}): they were not checked\n",
+                     result.error);
+        gate_unread_said_ = true;
+        return "";
+      }
+      if (result.failures.empty()) return "";
+      std::string failed;
+      for (const auto& f : result.failures) {
+        for (auto& g : in_.inventory)
+          if (g.index == f.gpu) g.visible = false;
+        Exclusion e{"", f.gpu, f.reason, attempt};
+        excluded_.push_back(e);
+        if (observer_ != nullptr) observer_->on_excluded(e);
+        failed += fmt::format("{}GPU {} ({})", failed.empty() ? "" : "; ", f.gpu, f.reason);
+      }
+      try {
+        plan = naming_filters([&] { return make_plan(spec, in_); });
+      } catch (const Error& e) {
+        return fmt::format("{} failed the health gate, and no spare GPU is left to take {} place: {}", failed,
+                           result.failures.size() == 1 ? "its" : "their", e.what());
+      }
+    }
   }
 
   // `sgpu stacks` on the running job: the supervisor's live ranks.
@@ -251,6 +300,9 @@ class LocalBackend : public Backend {
   std::vector<rendezvous::PortReservation> ray_ports_;  // --ray: the head's agents' ports, for the run
   LaunchPlan plan_;
   bool discovered_ = false;
+  JobObserver* observer_ = nullptr;  // once the ranks are placed
+  std::vector<Exclusion> excluded_;  // --health-gate: left out for the rest of the run
+  bool gate_unread_said_ = false;
   int ranks_ = 0;
 };
 

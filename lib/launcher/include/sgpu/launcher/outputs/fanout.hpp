@@ -36,6 +36,9 @@ class FanOut : public JobObserver {
   void on_attempt_started(int attempt) override {
     for (auto* o : observers_) o->on_attempt_started(attempt);
   }
+  void on_excluded(const Exclusion& e) override {
+    for (auto* o : observers_) o->on_excluded(e);
+  }
   void on_sample(const NodeSample& sample) override {
     for (auto* o : observers_) o->on_sample(sample);
   }

@@ -77,6 +77,7 @@ struct RunReport {
   std::vector<std::string> warnings;              // e.g. a log file that could not be written in full
   std::optional<TrackingLink> mlflow;             // nullopt: not tracked
   std::optional<SignalBeforeSent> signal_before;  // --signal-before, once it fired
+  std::vector<Exclusion> excluded;                // --health-gate: the GPUs it left out
 };
 
 // "ok", "failed", "terminated_by_sgpu", "not_started", "lost" (started on a

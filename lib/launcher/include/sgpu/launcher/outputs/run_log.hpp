@@ -51,6 +51,7 @@ class RunLog : public JobObserver {
   void on_signal_before(const env::SignalBefore& signal, Clock::time_point deadline, bool sent) override;
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
   void on_attempt_started(int attempt) override;
+  void on_excluded(const Exclusion& e) override;
   // The log writer's: the supervisor stops reading while the disk lags.
   std::vector<std::shared_ptr<OutputFlow>> output_flows() override { return {writer_.flow()}; }
 

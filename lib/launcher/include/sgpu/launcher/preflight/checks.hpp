@@ -81,10 +81,16 @@ struct GpuHealth {
   std::optional<bool> persistence_mode, mig_enabled;
   std::optional<int> compute_mode;  // 0 default, 1 exclusive thread, 2 prohibited, 3 exclusive process
   int nvlinks_active = 0, nvlinks_inactive = 0;
-  bool read = true;  // false: NVML could not be read, nothing above but the names is known
-  std::string node;  // across nodes: the node's name; "" on one node
+  bool read = true;   // false: NVML could not be read, nothing above but the names is known
+  bool found = true;  // false: NVML runs but does not know its PCI bus id (it fell off the bus)
+  std::string node;   // across nodes: the node's name; "" on one node
 };
 Judgement judge_gpu(const GpuHealth& gpu);
+// The health gate's verdict on a GPU before an attempt starts on it (no rank
+// of the job runs then): why it may not be used, "" when it may. What
+// judge_gpu fails, a GPU NVML no longer finds, and a process on it. A GPU
+// whose health could not be read passes (the gate says so once).
+std::string gate_reason(const GpuHealth& gpu);
 // "hw_slowdown, sw_thermal" for the reason bits that slow a GPU; idle and
 // application clocks settings are left out.
 std::string throttle_text(unsigned long long reasons);

@@ -23,4 +23,17 @@ HealthReport query_health(const std::vector<env::Gpu>& gpus);
 // What sgpu knows of a GPU whose health was not read.
 GpuHealth unread(const env::Gpu& gpu);
 
+// The health gate (--health-gate): the GPUs an attempt is about to use, read
+// through NVML and judged by gate_reason. `error`: NVML could not be read
+// (nothing was judged).
+struct GateFailure {
+  int gpu = -1;
+  std::string reason;
+};
+struct GateResult {
+  std::string error;
+  std::vector<GateFailure> failures;
+};
+GateResult health_gate(const std::vector<env::Gpu>& gpus);
+
 }  // namespace sgpu::launcher::preflight

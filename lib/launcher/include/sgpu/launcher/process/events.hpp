@@ -29,6 +29,14 @@ struct NodePlacement {
   int ranks = 0;
 };
 
+// A GPU the health gate left out for the rest of the run (--health-gate).
+struct Exclusion {
+  std::string host;  // "" on one node
+  int gpu = -1;
+  std::string reason;
+  int attempt = 0;  // the attempt it was left out before
+};
+
 class JobObserver {
  public:
   virtual ~JobObserver() = default;
@@ -58,6 +66,8 @@ class JobObserver {
   virtual void on_signal_before(const env::SignalBefore& /*signal*/, Clock::time_point /*deadline*/, bool /*sent*/) {}
   // Attempt `attempt` (> 0) starts its ranks now; rank events that follow are its.
   virtual void on_attempt_started(int /*attempt*/) {}
+  // The health gate left a GPU out for the rest of the run, before `e.attempt`.
+  virtual void on_excluded(const Exclusion& /*e*/) {}
   // --sample-every: one node's ranks and GPUs as its sampler saw them now
   // (on one node, this node's; in a multi-node run, each node's as it arrives).
   virtual void on_sample(const NodeSample& /*sample*/) {}

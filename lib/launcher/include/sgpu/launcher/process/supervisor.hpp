@@ -38,7 +38,9 @@ struct SupervisorOptions {
   // are, except max_restarts, which needs `relaunch`.
   JobControlOptions control{};
   // --max-restarts: `relaunch(k)` gives attempt k's ranks (a new MASTER_PORT,
-  // TORCHELASTIC_RESTART_COUNT=k). Without it there are no restarts.
+  // TORCHELASTIC_RESTART_COUNT=k). Without it there are no restarts. None
+  // (empty): no attempt can start (the caller said why, e.g. no healthy GPU
+  // is left); the run ends with the last attempt's end.
   std::function<std::vector<RankLaunch>(int attempt)> relaunch{};
   // Before a hang or the timeout ends the job: takes the running ranks'
   // stacks, shows them, answers the verdict (lib/launcher's stacks/ does it;
@@ -81,6 +83,7 @@ struct JobOutcome {
   // Every attempt in order, the last one's ranks also in `ranks`; empty from
   // callers that do not restart (a multi-node run): one attempt, the run itself.
   std::vector<AttemptOutcome> attempts;
+  std::vector<Exclusion> excluded;  // --health-gate: the GPUs it left out, in order
 };
 
 class Supervisor {

@@ -112,6 +112,7 @@ struct JobSpec {
   std::optional<env::SignalBefore> signal_before;
   int stop_signal = 15;                  // --stop-signal: what a stopped rank gets first (SIGTERM)
   int max_restarts = 0;                  // restarts of the whole group after a rank fails
+  bool health_gate = true;               // the job's GPUs read through NVML before each attempt (health.hpp)
   env::Duration restart_backoff = "1s";  // before the first restart, doubled each time, at most 60s
   std::string log_dir;                   // "" means $SGPU_HOME/runs
   env::Environment env;                  // variables for every rank

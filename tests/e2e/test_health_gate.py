@@ -1,0 +1,98 @@
+"""--health-gate on one node: the job's GPUs read through NVML (the project's
+fake driver, tests/fake_gpu, the one part that cannot run here) before the
+first start and before every restart; a GPU that fails is left out for the
+rest of the run and a spare GPU of the node takes its place. Faults that
+appear while the job runs come from SGPU_FAKE_DRIVER_ECC_FILE, which the
+fake NVML reads at each call."""
+import json
+import os
+import pathlib
+
+from test_doctor import fake_libs
+
+SHOW = ["--no-python", "/bin/sh", "-c",
+        'echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT gpus $CUDA_VISIBLE_DEVICES"']
+# Attempt 0: rank 0 makes GPU 1 report 2 uncorrectable ECC errors, then fails.
+BREAK_GPU_1 = ["--no-python", "/bin/sh", "-c",
+               'echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT gpus $CUDA_VISIBLE_DEVICES"; '
+               'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
+               '[ "$RANK" = 0 ] && echo 1:2 > "$ECC_FILE"; exit 1; fi']
+
+
+def gpus(sgpu, n, **extra):
+    dirs = fake_libs()
+    return dict(sgpu.env, LD_LIBRARY_PATH=os.pathsep.join(str(dirs[k]) for k in ("cuda", "nvml")),
+                SGPU_FAKE_DRIVER_GPUS=str(n), **extra)
+
+
+def summary(sgpu):
+    found = sorted(pathlib.Path(sgpu.env["SGPU_HOME"], "runs").glob("*/summary.json"))
+    assert len(found) == 1, found
+    return json.loads(found[0].read_text())
+
+
+def events(sgpu, kind):
+    found = sorted(pathlib.Path(sgpu.env["SGPU_HOME"], "runs").glob("*/events.jsonl"))
+    return [e for e in map(json.loads, found[0].read_text().splitlines()) if e["event"] == kind]
+
+
+def seen(stdout):
+    return sorted(line.split("] ", 1)[-1] for line in stdout.splitlines() if "attempt" in line)
+
+
+def test_a_gpu_with_ecc_errors_is_left_out_at_the_start_and_a_spare_takes_its_place(sgpu):
+    res = sgpu.run("launch", "--gpus", 2, *SHOW, env=gpus(sgpu, 3, SGPU_FAKE_DRIVER_ECC="1:2"))
+    assert res.returncode == 0, res.stderr
+    assert seen(res.stdout) == ["rank 0 attempt 0 gpus 0,2", "rank 1 attempt 0 gpus 0,2"], res.stdout
+    assert ("sgpu: warning: GPU 1 fails the health gate: 2 uncorrectable ECC errors since the driver loaded; "
+            "left out for the rest of the run (attempt 0 on)") in res.stderr
+    assert summary(sgpu)["excluded"] == [
+        {"host": None, "gpu": 1, "reason": "2 uncorrectable ECC errors since the driver loaded", "attempt": 0}]
+    assert [e["gpu"] for e in events(sgpu, "excluded")] == [1]
+
+
+def test_a_gpu_that_fails_during_an_attempt_is_replaced_by_a_spare_at_the_restart(sgpu, tmp_path):
+    ecc = tmp_path / "ecc"
+    ecc.write_text("")
+    env = gpus(sgpu, 3, SGPU_FAKE_DRIVER_ECC_FILE=str(ecc), ECC_FILE=str(ecc))
+    res = sgpu.run("launch", "--gpus", 2, "--max-restarts", 1, "--restart-backoff", "0.1s", *BREAK_GPU_1, env=env)
+    assert res.returncode == 0, res.stderr
+    assert seen(res.stdout) == ["rank 0 attempt 0 gpus 0,1", "rank 0 attempt 1 gpus 0,2",
+                                "rank 1 attempt 0 gpus 0,1", "rank 1 attempt 1 gpus 0,2"], res.stdout
+    s = summary(sgpu)
+    assert s["excluded"] == [
+        {"host": None, "gpu": 1, "reason": "2 uncorrectable ECC errors since the driver loaded", "attempt": 1}]
+    assert [a["exit_code"] for a in s["attempts"]] == [1, 0]
+
+
+def test_no_spare_left_at_a_restart_ends_the_run_with_the_failed_attempts_code(sgpu, tmp_path):
+    ecc = tmp_path / "ecc"
+    ecc.write_text("")
+    env = gpus(sgpu, 2, SGPU_FAKE_DRIVER_ECC_FILE=str(ecc), ECC_FILE=str(ecc))
+    res = sgpu.run("launch", "--gpus", 2, "--max-restarts", 3, "--restart-backoff", "0.1s", *BREAK_GPU_1, env=env)
+    assert res.returncode == 1, res.stderr
+    assert "sgpu: error: attempt 1 cannot start: GPU 1 (2 uncorrectable ECC errors since the driver loaded) failed " \
+           "the health gate, and no spare GPU is left to take its place" in res.stderr, res.stderr
+    assert "attempt 1 gpus" not in res.stdout
+    s = summary(sgpu)
+    assert s["exit_code"] == 1 and len(s["attempts"]) == 1
+    assert [e["gpu"] for e in s["excluded"]] == [1]
+
+
+def test_no_spare_at_the_start_is_an_error_before_anything_starts(sgpu):
+    res = sgpu.run("launch", "--gpus", 2, *SHOW, env=gpus(sgpu, 2, SGPU_FAKE_DRIVER_ECC="1:2"))
+    assert res.returncode == 1, res.stderr
+    assert "GPU 1 (2 uncorrectable ECC errors since the driver loaded) failed the health gate, and no spare GPU is " \
+           "left to take its place" in res.stderr
+    assert "attempt" not in res.stdout
+
+
+def test_a_gpu_another_process_holds_is_left_out_and_the_gate_can_be_turned_off(sgpu):
+    res = sgpu.run("launch", "--gpus", 1, *SHOW, env=gpus(sgpu, 2, SGPU_FAKE_DRIVER_PIDS="0:4242"))
+    assert res.returncode == 0, res.stderr
+    assert seen(res.stdout) == ["rank 0 attempt 0 gpus 1"], res.stdout
+    assert "GPU 0 fails the health gate: in use by process 4242, which is not the job's" in res.stderr
+    off = sgpu.run("launch", "--gpus", 2, "--health-gate", "off", *SHOW, env=gpus(sgpu, 2, SGPU_FAKE_DRIVER_ECC="1:2"))
+    assert off.returncode == 0, off.stderr
+    assert seen(off.stdout) == ["rank 0 attempt 0 gpus 0,1", "rank 1 attempt 0 gpus 0,1"]
+    assert "health gate" not in off.stderr
