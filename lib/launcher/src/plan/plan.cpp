@@ -245,10 +245,7 @@ std::string resolve_executable(const std::string& name, const std::string& cwd, 
 
 }  // namespace
 
-std::string resolve_program(const JobSpec& spec, const env::Environment& environment, const std::string& cwd) {
-  using Kind = env::Entrypoint::Kind;
-  if (spec.entrypoint.kind == Kind::Executable)
-    return resolve_executable(spec.entrypoint.target, cwd, environment, "executable");
+std::string resolve_python(const JobSpec& spec, const env::Environment& environment, const std::string& cwd) {
   std::string python = spec.python;
   std::string source = "--python";
   auto from_env = environment.find("SGPU_PYTHON");
@@ -265,12 +262,18 @@ std::string resolve_program(const JobSpec& spec, const env::Environment& environ
       source = "the default";
     }
   }
-  std::string resolved;
   try {
-    resolved = resolve_executable(python, cwd, environment, "Python interpreter");
+    return resolve_executable(python, cwd, environment, "Python interpreter");
   } catch (const Error& e) {
     throw Error(fmt::format("{} (from {}); pass --python PATH or set SGPU_PYTHON", e.what(), source), e.exit_code());
   }
+}
+
+std::string resolve_program(const JobSpec& spec, const env::Environment& environment, const std::string& cwd) {
+  using Kind = env::Entrypoint::Kind;
+  if (spec.entrypoint.kind == Kind::Executable)
+    return resolve_executable(spec.entrypoint.target, cwd, environment, "executable");
+  auto resolved = resolve_python(spec, environment, cwd);
   if (spec.entrypoint.kind == Kind::Script) {
     auto script = fs::path(spec.entrypoint.target);
     if (!script.is_absolute()) script = fs::path(cwd) / script;

@@ -1,6 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -24,7 +28,6 @@ NodeProbe probe_like(const EnvLock& lock) {
   NodeProbe p;
   p.home = "/home/u";
   p.python = "/usr/bin/python3.11";
-  p.version = "3.11.4";
   p.implementation = "cpython";
   p.platform = lock.platform;
   p.system = lock.system;
@@ -223,4 +226,22 @@ TEST_CASE("ssh::parse_env_listing reads a host's environments and its wheel cach
         "  fedcba9876543210  built 2025-12-05 02:00 UTC (21h ago)  used 2025-12-05 02:00 UTC (21h ago)    20.0 MiB "
         "   3 packages  removed\n"
         "removed 1 environment (20.0 MiB) and 2 wheels (1.0 MiB) on 1 host\n");
+}
+
+TEST_CASE("ssh::interpreter_minor reads a venv's pyvenv.cfg, else the name the interpreter resolves to") {
+  namespace fs = std::filesystem;
+  auto root = fs::temp_directory_path() / ("sgpu-minor-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "venv" / "bin");
+  std::ofstream(root / "venv" / "pyvenv.cfg") << "home = /usr/bin\ninclude-system-site-packages = true\n"
+                                                 "version = 3.11.2\n";
+  CHECK(interpreter_minor((root / "venv" / "bin" / "python").string()) == "3.11");
+  std::ofstream(root / "venv" / "pyvenv.cfg") << "home = /opt/py\nversion_info = 3.12.1\n";  // as uv writes it
+  CHECK(interpreter_minor((root / "venv" / "bin" / "python").string()) == "3.12");
+  fs::create_directories(root / "usr" / "bin");
+  std::ofstream(root / "usr" / "bin" / "python3.10") << "";
+  fs::create_symlink("python3.10", root / "usr" / "bin" / "python3");
+  CHECK(interpreter_minor((root / "usr" / "bin" / "python3").string()) == "3.10");
+  CHECK(interpreter_minor((root / "usr" / "bin" / "nothing").string()).empty());
+  fs::remove_all(root);
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
@@ -264,27 +265,15 @@ EnvLock read_inspection(const CommandResult& result, const std::string& interpre
 }
 
 std::string interpreter_minor(const std::string& interpreter) {
-  auto minor_of = [](std::string_view version) -> std::string {
-    auto dot = version.find('.');
-    if (dot == std::string_view::npos) return "";
-    auto end = version.find_first_not_of("0123456789", dot + 1);
-    auto text = std::string(version.substr(0, end));
-    return text.size() > dot + 1 && text.find_first_not_of("0123456789.") == std::string::npos ? text : "";
-  };
+  static const std::regex cfg_version(R"(^\s*version(_info)?\s*=\s*(\d+\.\d+))");
+  static const std::regex file_version(R"(^python(\d+\.\d+)$)");
   std::ifstream cfg(fs::path(interpreter).parent_path().parent_path() / "pyvenv.cfg");
-  for (std::string line; std::getline(cfg, line);) {
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    auto key = line.substr(0, line.find_last_not_of(" \t", eq - 1) + 1);
-    auto value =
-        line.substr(line.find_first_not_of(" \t", eq + 1) == std::string::npos ? line.size()
-                                                                               : line.find_first_not_of(" \t", eq + 1));
-    if (key == "version" || key == "version_info") return minor_of(value);
-  }
+  std::smatch m;
+  for (std::string line; std::getline(cfg, line);)
+    if (std::regex_search(line, m, cfg_version)) return m[2];
   std::error_code ec;
   auto name = fs::canonical(interpreter, ec).filename().string();
-  if (!ec && name.starts_with("python")) return minor_of(std::string_view(name).substr(6));
-  return "";
+  return !ec && std::regex_match(name, m, file_version) ? std::string(m[1]) : std::string();
 }
 
 }  // namespace sgpu::launcher::ssh

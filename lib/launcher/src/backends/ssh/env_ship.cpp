@@ -24,53 +24,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of("\r\n ");
-  if (end == std::string::npos) return "";
-  auto start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1,
-                     end + 1 - (start == std::string::npos ? 0 : start + 1));
-}
-
-// Asks every node at once what it has (python<minor>, ~/.cache/sgpu); each
-// ssh bounded by its connect timeout and the time a Python start and a
-// directory listing take. Answers land in `results` when `io` runs.
-void ask_nodes(boost::asio::io_context& io, const std::vector<NodeAssignment>& nodes, const SshOptions& opts,
-               const std::string& minor, const env::Environment& inherited, std::vector<CommandResult>& results) {
+// Runs `command` on every node at once over ssh, each bounded by its
+// connect timeout and `work`; the answers in node order once `io` has run.
+void run_on_nodes(boost::asio::io_context& io, const std::vector<NodeAssignment>& nodes, const SshOptions& opts,
+                  const std::string& command, const env::Environment& inherited, std::chrono::seconds work,
+                  std::vector<CommandResult>& results) {
   results.assign(nodes.size(), {});
-  auto limit = std::chrono::seconds(opts.connect_timeout_s + 60);
   for (std::size_t k = 0; k < nodes.size(); ++k)
-    run_command(io, ssh_argv(opts, nodes[k].entry, env_probe_command(minor)), inherited, limit, 16U << 20,
+    run_command(io, ssh_argv(opts, nodes[k].entry, command), inherited,
+                std::chrono::seconds(opts.connect_timeout_s) + work, 16U << 20,
                 [&results, k](CommandResult r) { results[k] = std::move(r); });
 }
 
+// What a node is given to answer what it has: a Python start and a listing.
+constexpr std::chrono::seconds kProbeWork{60};
+
 }  // namespace
 
-std::string job_interpreter(const JobSpec& spec, const env::Environment& inherited) {
-  std::string python = spec.python;
-  std::string from = "--python";
-  if (python.empty()) {
-    if (auto it = inherited.find("SGPU_PYTHON"); it != inherited.end() && !it->second.empty()) {
-      python = it->second;
-      from = "SGPU_PYTHON";
-    } else {
-      python = "python3";
-      from = "the default";
-    }
-  }
-  auto path = python.find('/') == std::string::npos ? find_on_path(python, inherited) : python;
-  if (path.empty() || ::access(path.c_str(), X_OK) != 0)
-    throw Error(fmt::format("--sync-env replicates the job's interpreter, and {} ({}) is not an executable here; "
-                            "pass --python PATH",
-                            python, from),
-                2);
-  return fs::absolute(path).lexically_normal().string();
-}
-
-EnvSyncState prepare_env_sync(const JobSpec& spec, const env::Environment& inherited,
+EnvSyncState prepare_env_sync(const JobSpec& spec, const env::Environment& inherited, const std::string& cwd,
                               const std::vector<NodeAssignment>& nodes, const SshOptions& opts, bool dry_run) {
   EnvSyncState state;
-  auto interpreter = job_interpreter(spec, inherited);
+  auto interpreter = resolve_python(spec, inherited, cwd);
   // The nodes are asked while the interpreter here describes itself: the
   // launch waits for the slower of the two, not both. Only a Python version
   // the interpreter's files do not tell needs the description first.
@@ -81,7 +55,7 @@ EnvSyncState prepare_env_sync(const JobSpec& spec, const env::Environment& inher
     boost::asio::io_context io;
     run_command(io, inspect_argv(interpreter, inherited, !dry_run), inherited, std::chrono::minutes(10), 64U << 20,
                 [&inspection](CommandResult r) { inspection = std::move(r); });
-    if (!minor.empty()) ask_nodes(io, nodes, opts, minor, inherited, answers);
+    if (!minor.empty()) run_on_nodes(io, nodes, opts, env_probe_command(minor), inherited, kProbeWork, answers);
     io.run();
   }
   state.lock = read_inspection(inspection, interpreter, inherited);
@@ -89,7 +63,7 @@ EnvSyncState prepare_env_sync(const JobSpec& spec, const env::Environment& inher
   const auto& lock = state.lock;
   if (lock.minor != minor) {
     boost::asio::io_context io;
-    ask_nodes(io, nodes, opts, lock.minor, inherited, answers);
+    run_on_nodes(io, nodes, opts, env_probe_command(lock.minor), inherited, kProbeWork, answers);
     io.run();
   }
   for (const auto& skipped : lock.skipped)
@@ -108,7 +82,7 @@ EnvSyncState prepare_env_sync(const JobSpec& spec, const env::Environment& inher
     if (!a.status) {
       why = fmt::format("cannot run ssh for {}: {}", host, a.start_error);
     } else if (a.timed_out) {
-      why = fmt::format("node {} did not say what it has in {} s", host, opts.connect_timeout_s + 60);
+      why = fmt::format("node {} did not say what it has in {} s", host, opts.connect_timeout_s + kProbeWork.count());
     } else if (!a.status->success()) {
       auto detail = last_line(a.err);
       if (a.status->code == 255) {
@@ -158,6 +132,14 @@ std::vector<std::string> make_env_tarballs(const EnvSyncState& state, const std:
   std::vector<std::string> out(state.probes.size());
   std::map<std::string, std::string> made;  // what goes in -> its tar
   auto staging = fs::path(dir) / "env-sync";
+  // Every tar carries the environment's wheel list (what the node installs).
+  fs::create_directories(staging / "envs");
+  auto list = staging / "envs" / (lock.hash + ".txt");
+  {
+    std::ofstream f(list, std::ios::trunc);
+    for (const auto& p : lock.packages) f << "wheels/" << p.wheel << "\n";
+    if (!f) throw Error(fmt::format("--sync-env: cannot write {}", list.string()), 1);
+  }
   for (std::size_t k = 0; k < state.probes.size(); ++k) {
     if (state.probes[k].env_ready) continue;
     const auto& ship = state.shipments[k];
@@ -166,13 +148,6 @@ std::vector<std::string> make_env_tarballs(const EnvSyncState& state, const std:
     if (auto it = made.find(signature); it != made.end()) {
       out[k] = it->second;
       continue;
-    }
-    fs::create_directories(staging / "envs");
-    auto list = staging / "envs" / (lock.hash + ".txt");
-    {
-      std::ofstream f(list, std::ios::trunc);
-      for (const auto& p : lock.packages) f << "wheels/" << p.wheel << "\n";
-      if (!f) throw Error(fmt::format("--sync-env: cannot write {}", list.string()), 1);
     }
     auto tar = (staging / fmt::format("node-{}.tar", made.size())).string();
     auto members = (staging / fmt::format("node-{}.files", made.size())).string();
@@ -269,14 +244,13 @@ EnvsAnswer envs_command(const JobSpec& spec, const env::Environment& inherited,
   const auto& s = settings(spec);
   bool prune = s.envs == "prune";
   long long unused_for = s.envs_unused_for.required("--envs-unused-for").count();
-  boost::asio::io_context io;
-  std::vector<CommandResult> results(nodes.size());
-  auto command = env_maintenance_command(prune, unused_for);
-  for (std::size_t k = 0; k < nodes.size(); ++k)
-    run_command(io, ssh_argv(opts, nodes[k].entry, command), inherited,
-                std::chrono::seconds(opts.connect_timeout_s + 120), 16U << 20,
-                [&results, k](CommandResult r) { results[k] = std::move(r); });
-  io.run();
+  std::vector<CommandResult> results;
+  {
+    boost::asio::io_context io;
+    run_on_nodes(io, nodes, opts, env_maintenance_command(prune, unused_for), inherited, std::chrono::seconds(120),
+                 results);
+    io.run();
+  }
   std::vector<std::pair<std::string, NodeEnvs>> answered;
   std::vector<std::string> failures;
   for (std::size_t k = 0; k < nodes.size(); ++k) {

@@ -22,14 +22,11 @@ struct EnvSyncState {
   std::string wheel_cache;  // here: where the wheels are
 };
 
-// The job's interpreter here: --python, else $SGPU_PYTHON, else python3, as
-// a path. Throws sgpu::Error naming where it came from.
-std::string job_interpreter(const JobSpec& spec, const env::Environment& inherited);
-
 // Inspects the environment (building the wheels it lacks unless `dry_run`)
 // and asks every node. Throws sgpu::Error naming every node that cannot run
 // it (another Python, platform, system packages) or could not be asked.
-EnvSyncState prepare_env_sync(const JobSpec& spec, const env::Environment& inherited,
+// The job's interpreter is resolved as its ranks' would be here (resolve_python).
+EnvSyncState prepare_env_sync(const JobSpec& spec, const env::Environment& inherited, const std::string& cwd,
                               const std::vector<NodeAssignment>& nodes, const SshOptions& opts, bool dry_run);
 
 // What each node had or gets, for the plan and the dry run.

@@ -73,6 +73,14 @@ std::string list_some(const std::vector<std::string>& items, std::size_t most = 
 
 }  // namespace
 
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of("\r\n ");
+  if (end == std::string::npos) return "";
+  auto start = text.rfind('\n', end);
+  start = start == std::string::npos ? 0 : start + 1;
+  return text.substr(start, end + 1 - start);
+}
+
 EnvLock parse_env_lock(const std::string& text, const std::string& interpreter) {
   json doc = json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object())
@@ -86,7 +94,6 @@ EnvLock parse_env_lock(const std::string& text, const std::string& interpreter) 
   lock.minor = str(doc, "minor");
   lock.implementation = str(doc, "implementation");
   lock.platform = str(doc, "platform");
-  lock.venv = flag(doc, "venv");
   lock.system_site = flag(doc, "system_site");
   lock.system = name_versions(doc, "system");
   lock.uv = str(doc, "uv");
@@ -122,14 +129,11 @@ std::string lock_hash(const EnvLock& lock) { return sha256_hex(lock_text(lock)).
 
 std::optional<NodeProbe> parse_node_probe(const std::string& text, std::string& why) {
   // The JSON is the last line: a login shell may print before it.
-  auto end = text.find_last_not_of("\r\n");
-  if (end == std::string::npos) {
+  auto line = last_line(text);
+  if (line.empty()) {
     why = "it printed nothing";
     return std::nullopt;
   }
-  auto start = text.rfind('\n', end);
-  auto line =
-      text.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
   json doc = json::parse(line, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) {
     why = fmt::format("its answer was not JSON: {}", line.substr(0, 200));
@@ -138,7 +142,6 @@ std::optional<NodeProbe> parse_node_probe(const std::string& text, std::string& 
   NodeProbe p;
   p.home = str(doc, "home");
   p.python = str(doc, "python");
-  p.version = str(doc, "version");
   p.other_python = str(doc, "other");
   p.implementation = str(doc, "implementation");
   p.platform = str(doc, "platform");

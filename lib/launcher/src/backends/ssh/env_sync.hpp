@@ -44,8 +44,7 @@ struct EnvLock {
   std::string version;      // "3.11.7"
   std::string minor;        // "3.11": the node runs python3.11
   std::string implementation;
-  std::string platform;  // sysconfig.get_platform(): "linux-x86_64"
-  bool venv = false;
+  std::string platform;                       // sysconfig.get_platform(): "linux-x86_64"
   bool system_site = false;                   // include-system-site-packages
   std::vector<EnvPackage> packages;           // the environment's own, by name
   std::map<std::string, std::string> system;  // what it sees outside itself: name -> version
@@ -62,11 +61,13 @@ EnvLock parse_env_lock(const std::string& json, const std::string& interpreter);
 std::string lock_text(const EnvLock& lock);
 std::string lock_hash(const EnvLock& lock);
 
+// The last non-empty line of a command's output, trailing blanks cut.
+std::string last_line(const std::string& text);
+
 // One node's answer to env_probe_command.
 struct NodeProbe {
   std::string home;            // the remote $HOME
   std::string python;          // its python3.X ("" none on the PATH)
-  std::string version;         // that interpreter's "3.11.2"
   std::string other_python;    // when there is none: what `python3 --version` said ("" nothing)
   std::string implementation;  // "cpython"
   std::string platform;        // "linux-x86_64"

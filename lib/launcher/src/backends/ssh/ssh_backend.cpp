@@ -431,7 +431,8 @@ class SshBackend : public Backend {
     }
     // --sync-env: every node is asked now, so one that cannot run the
     // environment is said before the run exists.
-    if (s.sync_env) in_.env = ssh::prepare_env_sync(spec, ctx.inherited, chosen_, ssh_options(spec), ctx.dry_run);
+    if (s.sync_env)
+      in_.env = ssh::prepare_env_sync(spec, ctx.inherited, ctx.cwd, chosen_, ssh_options(spec), ctx.dry_run);
   }
 
   PlannedLayout describe(const LaunchContext& ctx) override {

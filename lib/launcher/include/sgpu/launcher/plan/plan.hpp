@@ -134,6 +134,9 @@ RestartPolicy restart_policy(const JobSpec& spec);
 // The interpreter or executable a rank runs, as an absolute path. Throws
 // sgpu::Error with exit code 127 (not found) or 126 (not executable).
 std::string resolve_program(const JobSpec& spec, const env::Environment& environment, const std::string& cwd);
+// The job's interpreter: --python, else $SGPU_PYTHON, else python3, as a
+// path; throws sgpu::Error naming where it came from.
+std::string resolve_python(const JobSpec& spec, const env::Environment& environment, const std::string& cwd);
 
 // The program as the spec names it, for a node that resolves it on its own
 // PATH: the executable, else the interpreter ($SGPU_PYTHON's choice, else "python3").
