@@ -43,6 +43,8 @@ def job_environment(root):
     venv = root / "venv"
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)], check=True)
     pip(venv, "install", "--no-index", make_wheel(root / "dist", "demo_dep", "1.0", "VALUE = 'demo-1.0'\n"))
+    pip(venv, "install", "--no-index",
+        make_wheel(root / "dist", "demo_data", "1.0", "", data={"share/demo-data/notes.txt": "not in site-packages\n"}))
     local = root / "localpkg"
     (local / "localpkg").mkdir(parents=True)
     (local / "localpkg" / "__init__.py").write_text("VALUE = 'local-v1'\n")
@@ -111,6 +113,9 @@ def test_environment_reaches_every_host_and_a_second_launch_ships_nothing(synced
         first = launch(hosts, synced, *common, job.root / "check.py")
         assert first.returncode == 0, first.stderr
         assert f"--sync-env: environment {env_hash}" in first.stderr
+        # A file a wheel cannot carry (outside site-packages) is said, not lost silently.
+        assert ("sgpu: warning: --sync-env: demo_data 1.0: ../../../share/demo-data/notes.txt is outside "
+                "site-packages; the nodes' copies go without it") in first.stderr, first.stderr
         lines = sorted(rank_lines(first.stdout))
         assert [r for r, *_ in lines] == ["0", "1"], first.stdout
         for (rank, prefix, demo, local, torch_version), home in zip(lines, h):

@@ -96,3 +96,13 @@ def test_a_gpu_another_process_holds_is_left_out_and_the_gate_can_be_turned_off(
     assert off.returncode == 0, off.stderr
     assert seen(off.stdout) == ["rank 0 attempt 0 gpus 0,1", "rank 1 attempt 0 gpus 0,1"]
     assert "health gate" not in off.stderr
+
+
+def test_without_nvml_the_gate_says_so_once_and_the_job_runs(sgpu, tmp_path):
+    env = gpus(sgpu, 2)
+    env["LD_LIBRARY_PATH"] = str(fake_libs()["cuda"])  # GPUs found through CUDA, no NVML to read them
+    res = sgpu.run("launch", "--gpus", 2, "--max-restarts", 1, "--restart-backoff", "0.1s", "--no-python", "/bin/sh",
+                   "-c", '[ "$TORCHELASTIC_RESTART_COUNT" = 1 ]', env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("the health gate could not read the GPUs' health") == 1, res.stderr
+    assert summary(sgpu)["excluded"] == []

@@ -6,12 +6,15 @@ import hashlib
 import zipfile
 
 
-def make_wheel(out_dir, name, version, source):
-    """A pure-Python wheel of one module `name` with `source`; its path."""
+def make_wheel(out_dir, name, version, source, data=None):
+    """A pure-Python wheel of one module `name` with `source`, and `data`
+    ({"share/x/notes.txt": text}) installed under the environment's prefix,
+    outside site-packages; its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     info = f"{name}-{version}.dist-info"
     files = {
         f"{name}.py": source.encode(),
+        **{f"{name}-{version}.data/data/{path}": text.encode() for path, text in (data or {}).items()},
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sgpu-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
