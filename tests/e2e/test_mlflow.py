@@ -448,3 +448,14 @@ def test_the_samples_are_mlflow_system_metrics_under_mlflows_own_gpu_names(track
         assert all(v > 1 for _, v in m[f"system/rank_{rank}_memory_usage_megabytes"])
         rates = [v for _, v in m[f"system/rank_{rank}_step_rate"]]
         assert rates and all(5 < v < 25 for v in rates), rates
+
+
+def test_the_gpus_the_health_gate_left_out_are_in_the_run(tracked):
+    from test_health_gate import gpus
+    env = gpus(tracked, 3, SGPU_FAKE_DRIVER_ECC="1:2")  # GPU 1 of 3 has uncorrectable ECC errors; --gpus 2
+    r = tracked.run("launch", "--gpus", 2, "-o", "json", "--no-python", "true", env=env)
+    assert r.returncode == 0, r.stderr
+    run = query(tracked.env, "run", json.loads(r.stdout)["mlflow"]["run_id"])
+    assert run["tags"]["sgpu.excluded"] == "GPU 1: 2 uncorrectable ECC errors since the driver loaded (attempt 0 on)"
+    assert run["metrics"]["sgpu.excluded_gpus"] == [[0, 1]]
+    assert run["summary"]["excluded"][0]["gpu"] == 1

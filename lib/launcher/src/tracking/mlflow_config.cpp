@@ -108,6 +108,7 @@ RunEnd describe_end(const JobOutcome& outcome, const LaunchPlan& plan) {
   r.started = outcome.started;
   r.ended = outcome.ended;
   r.ranks = outcome.ranks;
+  r.excluded = outcome.excluded;
   auto dir = fs::path(plan.run_dir);
   r.artifacts.emplace_back((dir / "summary.json").string(), "summary.json");
   for (const char* name : {"spec.json", "events.jsonl"}) {  // what the summary also says

@@ -100,7 +100,20 @@ std::vector<Metric> end_metrics(const RunEnd& run) {
                                  {"sgpu.exit_code", static_cast<double>(run.exit_code), now, 0}};
   for (const auto& r : run.ranks)
     if (r.pid > 0) metrics.push_back({"sgpu.rank_duration_s", duration_seconds(r.started, r.ended), now, r.rank});
+  if (!run.excluded.empty())
+    metrics.push_back({"sgpu.excluded_gpus", static_cast<double>(run.excluded.size()), now, 0});
   return metrics;
+}
+
+KeyValues end_tags(const RunEnd& run) {
+  if (run.excluded.empty()) return {};
+  std::string lines;
+  for (const auto& e : run.excluded) {
+    if (!lines.empty()) lines += '\n';
+    lines += e.host.empty() ? fmt::format("GPU {}: {} (attempt {} on)", e.gpu, e.reason, e.attempt)
+                            : fmt::format("{} GPU {}: {} (attempt {} on)", e.host, e.gpu, e.reason, e.attempt);
+  }
+  return {{"sgpu.excluded", lines}};
 }
 
 std::string masked_artifact(std::string_view name, std::string text) {

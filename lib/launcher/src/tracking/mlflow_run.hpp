@@ -21,6 +21,13 @@ KeyValues run_params(const RunDescription& job);
 // sgpu.wall_time_s, sgpu.exit_code, and sgpu.rank_duration_s with the rank as its step.
 std::vector<Metric> end_metrics(const RunEnd& run);
 
+// With --health-gate exclusions: the tag sgpu.excluded, a line per GPU left
+// out ("GPU 1: 2 uncorrectable ECC errors since the driver loaded (attempt 1
+// on)", the host first on several nodes), searchable in MLflow as
+// tags.`sgpu.excluded`; nothing without one. end_metrics adds
+// sgpu.excluded_gpus, their count.
+KeyValues end_tags(const RunEnd& run);
+
 std::int64_t epoch_ms(Clock::time_point t);
 
 // A node's sample (--sample-every) as MLflow system metrics, under the names

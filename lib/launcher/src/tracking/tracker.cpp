@@ -332,7 +332,8 @@ void MlflowTracker::end(const RunEnd& end) {
   s.pending_params.clear();
   if (!s.world_size_logged && !end.ranks.empty())
     late_params.emplace_back("sgpu.world_size", std::to_string(end.ranks.size()));
-  for (auto& batch : mlflow::log_batches(server_url, run_id, mlflow::end_metrics(end), late_params, {}))
+  for (auto& batch :
+       mlflow::log_batches(server_url, run_id, mlflow::end_metrics(end), late_params, mlflow::end_tags(end)))
     s.call(std::move(batch), nullptr);
   bool proxied = true;
   bool brief = !s.ran_long && end.exit_code == 0;

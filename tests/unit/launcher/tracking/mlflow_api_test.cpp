@@ -1,5 +1,6 @@
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "tracking/http_client.hpp"
 #include "tracking/mlflow_api.hpp"
 #include "tracking/mlflow_run.hpp"
 
@@ -311,6 +313,32 @@ TEST_CASE("mlflow::end_metrics") {
   CHECK(metrics[2].value == doctest::Approx(2));
   CHECK(metrics[3].step == 1);
   CHECK(metrics[3].value == doctest::Approx(1.5));
+  CHECK(end_tags(end).empty());  // nothing left out: no tag, no count
+}
+
+TEST_CASE("mlflow::end_tags and the excluded count: the GPUs the health gate left out") {
+  struct Row {
+    std::vector<Exclusion> excluded;
+    const char* tag;
+  };
+  const Row rows[] = {
+      {{{"", 1, "2 uncorrectable ECC errors since the driver loaded", 0}},
+       "GPU 1: 2 uncorrectable ECC errors since the driver loaded (attempt 0 on)"},
+      {{{"gpu-b", 3, "fell off the bus", 1}, {"gpu-a", 0, "held by pid 77 (python3)", 2}},
+       "gpu-b GPU 3: fell off the bus (attempt 1 on)\ngpu-a GPU 0: held by pid 77 (python3) (attempt 2 on)"},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.tag);
+    RunEnd end;
+    end.excluded = row.excluded;
+    auto tags = end_tags(end);
+    REQUIRE(tags.size() == 1);
+    CHECK(tags[0].first == "sgpu.excluded");
+    CHECK(tags[0].second == row.tag);
+    auto metrics = end_metrics(end);
+    REQUIRE(metrics.back().key == "sgpu.excluded_gpus");
+    CHECK(metrics.back().value == static_cast<double>(row.excluded.size()));
+  }
 }
 
 TEST_CASE("mlflow::git_commit") {
@@ -431,5 +459,25 @@ TEST_CASE("mlflow::sample_metrics: MLflow's own GPU names, the node in them on s
       CHECK(metrics[i].step == 7);
       CHECK(metrics[i].timestamp_ms == 1700000000123);
     }
+  }
+}
+
+TEST_CASE("mlflow::system_ca_bundle: the first bundle this distribution has") {
+  struct Row {
+    std::set<std::string> present;
+    const char* chosen;
+  };
+  const Row rows[] = {
+      {{"/etc/ssl/certs/ca-certificates.crt", "/etc/ssl/cert.pem"}, "/etc/ssl/certs/ca-certificates.crt"},  // Debian
+      {{"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/pki/tls/certs/ca-bundle.crt"},
+       "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"},  // Rocky 8
+      {{"/etc/pki/tls/certs/ca-bundle.crt"}, "/etc/pki/tls/certs/ca-bundle.crt"},
+      {{"/etc/ssl/ca-bundle.pem"}, "/etc/ssl/ca-bundle.pem"},  // SUSE
+      {{"/etc/ssl/cert.pem"}, "/etc/ssl/cert.pem"},            // Alpine
+      {{}, ""},                                                // none: OpenSSL's defaults alone
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.chosen);
+    CHECK(system_ca_bundle([&](const std::string& p) { return row.present.count(p) > 0; }) == row.chosen);
   }
 }

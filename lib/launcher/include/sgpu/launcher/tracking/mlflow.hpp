@@ -88,6 +88,7 @@ struct RunEnd {
   // (under a second): summary.json holds what they say (the spec, each
   // rank's start, end and exit), and each upload costs the server a request.
   std::vector<std::string> detail_artifacts;
+  std::vector<Exclusion> excluded;  // --health-gate: the GPUs left out, tagged sgpu.excluded
 };
 // summary.json, events.jsonl, spec.json, the root cause's error file and the
 // logs of rank 0 and of the root cause's rank; spec.json and events.jsonl
