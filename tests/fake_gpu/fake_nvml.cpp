@@ -1,7 +1,9 @@
 // A fake libnvidia-ml.so.1 for tests on machines without GPUs: the NVML entry
 // points sgpu calls, answering from SGPU_FAKE_DRIVER_* (fake_config.hpp), with
-// injectable ECC errors, processes on a GPU and missing P2P. Never for production.
+// injectable ECC errors, processes on a GPU, missing P2P and XID events. Never
+// for production.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -170,6 +172,58 @@ Ret nvmlDeviceGetP2PStatus(void* a, void* b, int, int* status) {
 }
 Ret nvmlDeviceGetTopologyCommonAncestor(void*, void*, int* level) {
   *level = 40;  // NODE
+  return kOk;
+}
+// XID events: SGPU_FAKE_DRIVER_XID_FILE names a file of "gpu:xid" lines, a
+// line an event, in the order they happened; a test appends to it while the
+// job runs. An event set sees the lines written after it was made.
+struct EventSet {
+  long offset = 0;
+  unsigned long long types[64] = {};
+};
+struct EventData {
+  void* device;
+  unsigned long long type, data;
+  unsigned gpu_instance, compute_instance;
+};
+constexpr unsigned long long kXid = 0x8;  // nvmlEventTypeXidCriticalError
+Ret nvmlEventSetCreate(void** set) {
+  auto* s = new EventSet;
+  if (const char* path = std::getenv("SGPU_FAKE_DRIVER_XID_FILE"); path != nullptr)
+    if (FILE* f = std::fopen(path, "r"); f != nullptr) {
+      std::fseek(f, 0, SEEK_END);
+      s->offset = std::ftell(f);
+      std::fclose(f);
+    }
+  *set = s;
+  return kOk;
+}
+Ret nvmlDeviceRegisterEvents(void* d, unsigned long long types, void* set) {
+  static_cast<EventSet*>(set)->types[index_of(d)] |= types & kXid;
+  return kOk;
+}
+Ret nvmlEventSetWait_v2(void* set, EventData* data, unsigned) {
+  auto* s = static_cast<EventSet*>(set);
+  const char* path = std::getenv("SGPU_FAKE_DRIVER_XID_FILE");
+  FILE* f = path != nullptr ? std::fopen(path, "r") : nullptr;
+  if (f == nullptr) return 10;  // NVML_ERROR_TIMEOUT: nothing came
+  std::fseek(f, s->offset, SEEK_SET);
+  int gpu = -1;
+  unsigned long long xid = 0;
+  Ret ret = 10;
+  char line[64];
+  while (ret != kOk && std::fgets(line, sizeof line, f) != nullptr) {
+    s->offset = std::ftell(f);
+    if (std::sscanf(line, "%d:%llu", &gpu, &xid) == 2 && gpu >= 0 && gpu < 64 && (s->types[gpu] & kXid) != 0) {
+      *data = {&devices[gpu], kXid, xid, 0, 0};
+      ret = kOk;
+    }
+  }
+  std::fclose(f);
+  return ret;
+}
+Ret nvmlEventSetFree(void* set) {
+  delete static_cast<EventSet*>(set);
   return kOk;
 }
 }

@@ -233,6 +233,28 @@ Judgement judge_gpu(const GpuHealth& g) {
   return j;
 }
 
+std::string xid_fault(unsigned long long xid) {
+  struct Fault {
+    unsigned long long xid;
+    const char* what;
+  };
+  static constexpr Fault faults[] = {
+      {48, "a double-bit ECC error"},
+      {62, "an internal micro-controller halt"},
+      {64, "a failed row remap"},
+      {74, "an NVLink error"},
+      {79, "the GPU fell off the bus"},
+      {92, "a high single-bit ECC error rate"},
+      {95, "an uncontained ECC error"},
+      {119, "a GSP RPC timeout"},
+      {120, "a GSP error"},
+      {140, "an unrecovered ECC error"},
+  };
+  for (const auto& f : faults)
+    if (f.xid == xid) return f.what;
+  return "";
+}
+
 std::string gate_reason(const GpuHealth& g) {
   if (!g.read) return "";
   if (!g.found) return "NVML no longer finds it at its PCI bus id (it fell off the bus)";

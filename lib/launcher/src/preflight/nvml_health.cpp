@@ -172,4 +172,65 @@ GateResult health_gate(const std::vector<env::Gpu>& gpus) {
   return out;
 }
 
+// NVML's event API, with its documented ABI (nvml.h is often not installed).
+struct XidWatch::Impl {
+  struct EventData {  // nvmlEventData_t
+    Dev device;
+    unsigned long long type;
+    unsigned long long data;  // the XID
+    unsigned gpu_instance, compute_instance;
+  };
+  using Set = void*;                                            // nvmlEventSet_t
+  static constexpr unsigned long long kXidCriticalError = 0x8;  // nvmlEventTypeXidCriticalError
+  static constexpr Ret kTimeout = 10;                           // NVML_ERROR_TIMEOUT
+
+  Nvml nvml;
+  Ret (*create)(Set*) = nvml.fn<Ret (*)(Set*)>("nvmlEventSetCreate");
+  Ret (*add)(Dev, unsigned long long, Set) = nvml.fn<Ret (*)(Dev, unsigned long long, Set)>("nvmlDeviceRegisterEvents");
+  Ret (*wait)(Set, EventData*, unsigned) = nvml.fn<Ret (*)(Set, EventData*, unsigned)>("nvmlEventSetWait_v2");
+  Ret (*free)(Set) = nvml.fn<Ret (*)(Set)>("nvmlEventSetFree");
+  Set set = nullptr;
+  bool initialized = false;
+  std::vector<std::pair<Dev, int>> devices;  // NVML's handle, sgpu's index
+
+  explicit Impl(const std::vector<env::Gpu>& gpus) {
+    if (!nvml.lib.loaded() || nvml.init == nullptr || nvml.by_bus == nullptr || create == nullptr || add == nullptr ||
+        wait == nullptr || free == nullptr || nvml.init() != kOk)
+      return;
+    initialized = true;
+    if (create(&set) != kOk) {
+      set = nullptr;
+      return;
+    }
+    for (const auto& g : gpus) {
+      Dev d = nullptr;
+      // A GPU that has no such events (or is not found) is still read by the gate.
+      if (nvml.by_bus(g.pci_bus_id.c_str(), &d) == kOk && add(d, kXidCriticalError, set) == kOk)
+        devices.emplace_back(d, g.index);
+    }
+  }
+  ~Impl() {
+    if (set != nullptr) free(set);
+    if (initialized) nvml.shutdown();
+  }
+};
+
+XidWatch::XidWatch(const std::vector<env::Gpu>& gpus) : impl_(std::make_unique<Impl>(gpus)) {}
+XidWatch::~XidWatch() = default;
+
+bool XidWatch::watching() const { return impl_->set != nullptr && !impl_->devices.empty(); }
+
+std::vector<XidWatch::Event> XidWatch::drain() {
+  std::vector<Event> out;
+  if (!watching()) return out;
+  Impl::EventData data{};
+  // A bounded loop: a driver that kept answering would otherwise hold the gate.
+  for (int n = 0; n < 4096 && impl_->wait(impl_->set, &data, 0) == kOk; ++n) {
+    if ((data.type & Impl::kXidCriticalError) == 0) continue;
+    for (const auto& [device, index] : impl_->devices)
+      if (device == data.device) out.push_back({index, data.data});
+  }
+  return out;
+}
+
 }  // namespace sgpu::launcher::preflight

@@ -295,3 +295,28 @@ TEST_CASE("preflight::gate_reason: what keeps a GPU out of the next attempt") {
     CHECK(gate_reason(g) == row.reason);
   }
 }
+
+TEST_CASE("preflight::xid_fault: the XIDs that keep a GPU out, and those a program causes") {
+  struct Row {
+    unsigned long long xid;
+    const char* fault;
+  };
+  const Row rows[] = {
+      {48, "a double-bit ECC error"},
+      {79, "the GPU fell off the bus"},
+      {74, "an NVLink error"},
+      {95, "an uncontained ECC error"},
+      {64, "a failed row remap"},
+      {119, "a GSP RPC timeout"},
+      {13, ""},  // graphics engine exception: the program's
+      {31, ""},  // MMU fault: an illegal address, the program's
+      {43, ""},  // the program stopped
+      {45, ""},  // preemptive cleanup: a killed program's
+      {94, ""},  // contained ECC: the program is stopped, the GPU stays usable
+      {0, ""},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.xid);
+    CHECK(xid_fault(row.xid) == row.fault);
+  }
+}

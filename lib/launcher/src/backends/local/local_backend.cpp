@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <memory>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -221,12 +223,14 @@ class LocalBackend : public Backend {
     return options;
   }
 
-  // --health-gate: the plan's GPUs read through NVML before `attempt`. One
-  // that fails is left out for the rest of the run and the plan made again,
-  // so a GPU of this node beyond the job's takes its place. "" when the plan
-  // is healthy; else why no healthy plan is left.
+  // --health-gate: the plan's GPUs read through NVML before `attempt`, and
+  // the XIDs the node's GPUs reported during the attempt before. One that
+  // fails is left out for the rest of the run and the plan made again, so a
+  // GPU of this node beyond the job's takes its place. "" when the plan is
+  // healthy; else why no healthy plan is left.
   std::string gate(const JobSpec& spec, LaunchPlan& plan, int attempt) {
     if (!spec.health_gate || plan.gpus.empty()) return "";
+    auto xid_failures = xids_since_last_gate(spec, attempt);
     for (;;) {
       auto result = preflight::health_gate(plan.gpus);
       if (!result.error.empty()) {
@@ -236,6 +240,10 @@ class LocalBackend : public Backend {
         gate_unread_said_ = true;
         return "";
       }
+      for (const auto& f : result.failures)  // one reason a GPU: the XID's first
+        if (std::none_of(xid_failures.begin(), xid_failures.end(), [&](const auto& x) { return x.gpu == f.gpu; }))
+          xid_failures.push_back(f);
+      result.failures = std::exchange(xid_failures, {});
       if (result.failures.empty()) return "";
       std::string failed;
       for (const auto& f : result.failures) {
@@ -253,6 +261,31 @@ class LocalBackend : public Backend {
                            result.failures.size() == 1 ? "its" : "their", e.what());
       }
     }
+  }
+
+  // The GPUs that reported a hardware XID (preflight::xid_fault) since the
+  // gate last ran: watched from the first gate on, when restarts may follow.
+  std::vector<preflight::GateFailure> xids_since_last_gate(const JobSpec& spec, int attempt) {
+    std::vector<preflight::GateFailure> out;
+    if (xids_ == nullptr) {
+      if (spec.max_restarts > 0) {
+        std::vector<env::Gpu> watched;
+        for (const auto& g : in_.inventory)
+          if (g.visible) watched.push_back(g);
+        xids_ = std::make_unique<preflight::XidWatch>(watched);
+      }
+      return out;
+    }
+    for (const auto& event : xids_->drain()) {
+      auto fault = preflight::xid_fault(event.xid);
+      bool visible = std::any_of(in_.inventory.begin(), in_.inventory.end(),
+                                 [&](const env::Gpu& g) { return g.index == event.gpu && g.visible; });
+      if (fault.empty() || !visible ||
+          std::any_of(out.begin(), out.end(), [&](const auto& f) { return f.gpu == event.gpu; }))
+        continue;
+      out.push_back({event.gpu, fmt::format("XID {} ({}) during attempt {}", event.xid, fault, attempt - 1)});
+    }
+    return out;
   }
 
   // `sgpu stacks` on the running job: the supervisor's live ranks.
@@ -303,6 +336,7 @@ class LocalBackend : public Backend {
   JobObserver* observer_ = nullptr;  // once the ranks are placed
   std::vector<Exclusion> excluded_;  // --health-gate: left out for the rest of the run
   bool gate_unread_said_ = false;
+  std::unique_ptr<preflight::XidWatch> xids_;  // --health-gate with restarts: the node's XIDs
   int ranks_ = 0;
 };
 

@@ -91,6 +91,12 @@ Judgement judge_gpu(const GpuHealth& gpu);
 // judge_gpu fails, a GPU NVML no longer finds, and a process on it. A GPU
 // whose health could not be read passes (the gate says so once).
 std::string gate_reason(const GpuHealth& gpu);
+// What an XID (NVML's critical-error event, the driver's Xid) says of the
+// GPU's hardware, from NVIDIA's XID catalogue: "fell off the bus" for 79,
+// "a double-bit ECC error" for 48... The gate leaves a GPU that reported one
+// out of the next attempt. "" for the XIDs a program causes or the driver
+// recovers from (13, 31, 43, 45, 94...), which leave the GPU in.
+std::string xid_fault(unsigned long long xid);
 // "hw_slowdown, sw_thermal" for the reason bits that slow a GPU; idle and
 // application clocks settings are left out.
 std::string throttle_text(unsigned long long reasons);

@@ -2,6 +2,7 @@
 // Health and topology of a job's GPUs from NVML (libnvidia-ml.so.1, loaded at
 // run time): ECC, pending retirements, clocks, temperature, modes, processes,
 // NVLinks, and the P2P matrix between them, as facts for checks.hpp to judge.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,30 @@ struct GateResult {
   std::vector<GateFailure> failures;
 };
 GateResult health_gate(const std::vector<env::Gpu>& gpus);
+
+// NVML's critical-error events (XIDs) of some GPUs, from the moment it is
+// made: before a restart the gate asks which GPUs reported one during the
+// attempt that ended (xid_fault judges them). It keeps NVML initialized
+// while it lives. Without NVML, or a driver without the event API, it
+// watches nothing (`watching()` is false).
+class XidWatch {
+ public:
+  explicit XidWatch(const std::vector<env::Gpu>& gpus);
+  ~XidWatch();
+  XidWatch(const XidWatch&) = delete;
+  XidWatch& operator=(const XidWatch&) = delete;
+
+  bool watching() const;
+  struct Event {
+    int gpu = -1;  // sgpu's index
+    unsigned long long xid = 0;
+  };
+  // The events since the last call, in order. Never waits.
+  std::vector<Event> drain();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace sgpu::launcher::preflight
