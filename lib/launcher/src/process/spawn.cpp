@@ -7,13 +7,17 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <mutex>
+#include <stdexcept>
 #include <system_error>
+
+#include <fmt/format.h>
 
 #include "sgpu/launcher/process/orphan_reaper.hpp"
 
@@ -189,6 +193,16 @@ Spawned spawn_process(const SpawnRequest& request) {
   // The slots let go of the child's descriptors: a pipe's end held here would keep its reader from EOF.
   if (held.ok)
     for (int fd : held.fd) ::dup3(held.devnull, fd, O_CLOEXEC);
+  if (pid < 0 && clone_errno == EINVAL) {
+    // The flags are fixed, so EINVAL is a kernel that knows no CLONE_PIDFD
+    // (before 5.2): say that, not "train.py: Invalid argument".
+    struct utsname host {};
+    ::uname(&host);
+    throw std::runtime_error(
+        fmt::format("cannot start {}: this kernel (Linux {}) has no pidfds (CLONE_PIDFD), which "
+                    "sgpu waits for its ranks with; it needs Linux 5.3 or newer",
+                    request.path, host.release));
+  }
   if (pid < 0) throw std::system_error(clone_errno, std::generic_category(), request.path);
   note_own_child(pid);  // its status is the caller's: the SIGCHLD reaper leaves it
   if (child.error != 0) {

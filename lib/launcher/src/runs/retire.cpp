@@ -56,8 +56,8 @@ std::chrono::system_clock::time_point started_at(const std::string& root, const 
   struct statx st {};
   auto dir = root + "/" + id;
   if (::statx(AT_FDCWD, dir.c_str(), AT_STATX_DONT_SYNC, STATX_BTIME, &st) == 0 && (st.stx_mask & STATX_BTIME) != 0)
-    return std::chrono::system_clock::time_point{std::chrono::seconds(st.stx_btime.tv_sec) +
-                                                 std::chrono::nanoseconds(st.stx_btime.tv_nsec)};
+    return std::chrono::system_clock::time_point{std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::seconds(st.stx_btime.tv_sec) + std::chrono::nanoseconds(st.stx_btime.tv_nsec))};
   auto run = read_run(root, id);
   return run && run->started ? *run->started : std::chrono::system_clock::time_point{};
 }

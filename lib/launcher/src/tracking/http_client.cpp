@@ -1,10 +1,12 @@
 #include "tracking/http_client.hpp"
 
 #include <cerrno>
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <openssl/ssl.h>
@@ -115,9 +117,16 @@ struct HttpClient::State {
       return;
     }
     tls->set_verify_mode(ssl::verify_peer);
-    if (options.ca_file.empty())
+    if (options.ca_file.empty()) {
       tls->set_default_verify_paths(ec);
-    else
+      // OpenSSL's own settings win (SSL_CERT_FILE, SSL_CERT_DIR); else the
+      // system's bundle too, wherever this distribution keeps it.
+      std::string bundle = ::getenv("SSL_CERT_FILE") == nullptr && ::getenv("SSL_CERT_DIR") == nullptr
+                               ? system_ca_bundle([](const std::string& p) { return ::access(p.c_str(), R_OK) == 0; })
+                               : "";
+      error_code ignored;
+      if (!bundle.empty()) tls->load_verify_file(bundle, ignored);
+    } else
       tls->load_verify_file(options.ca_file, ec);
     if (ec) tls_error = fmt::format("cannot read the certificates {}: {}", options.ca_file, ec.message());
     tls->set_verify_callback(ssl::host_name_verification(server.host));
@@ -311,6 +320,19 @@ struct Call : std::enable_shared_from_this<Call> {
     });
   }
 };
+
+std::string system_ca_bundle(const std::function<bool(const std::string&)>& exists) {
+  static const char* const candidates[] = {
+      "/etc/ssl/certs/ca-certificates.crt",                 // Debian, Ubuntu, Arch
+      "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",  // RHEL 7+, Rocky, Fedora
+      "/etc/pki/tls/certs/ca-bundle.crt",                   // older RHEL
+      "/etc/ssl/ca-bundle.pem",                             // SUSE
+      "/etc/ssl/cert.pem",                                  // Alpine
+  };
+  for (const char* path : candidates)
+    if (exists(path)) return path;
+  return "";
+}
 
 HttpClient::HttpClient(asio::io_context& io, ServerUrl server, std::string authorization, TlsOptions tls)
     : state_(std::make_shared<State>(io, std::move(server), std::move(authorization), tls)) {}

@@ -19,6 +19,12 @@ struct TlsOptions {
   std::string ca_file;    // MLFLOW_TRACKING_SERVER_CERT_PATH: trust this bundle instead of the system's
 };
 
+// The distributions' CA bundles, in the order a binary built elsewhere looks
+// for them (Debian/Ubuntu, RHEL/Rocky/Fedora, SUSE, older RHEL, Alpine): the
+// portable build's OpenSSL knows only its own directory (/etc/ssl), which
+// RHEL keeps no bundle in. The first of `candidates` that `exists`, else "".
+std::string system_ca_bundle(const std::function<bool(const std::string&)>& exists);
+
 struct HttpResult {
   int status = 0;     // the HTTP status; 0 when no answer came
   std::string body;   // the answer's body
