@@ -362,7 +362,9 @@ def test_cpu_ranks_on_a_node_refuse_the_preflight_naming_the_node(fake, tmp_path
     _, e0 = n0.communicate(timeout=60)
     a1.communicate(timeout=60)
     assert n0.returncode == 2, e0
-    assert "node nodeb: " in e0 and "the preflight checks the job's GPUs" in e0, e0
+    # --gpus-per-node reaches every agent: a node without GPUs is refused for
+    # what it lacks, before its preflight (it once ran a CPU rank instead).
+    assert "node nodeb: " in e0 and "this node has no visible GPUs" in e0, e0
     assert not list(fake.cwd.glob("ran-*"))
 
 

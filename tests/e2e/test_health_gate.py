@@ -7,6 +7,7 @@ fake NVML reads at each call."""
 import json
 import os
 import pathlib
+import shutil
 
 from test_doctor import fake_libs
 
@@ -141,3 +142,55 @@ def test_without_nvml_the_gate_says_so_once_and_the_job_runs(sgpu, tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("the health gate could not read the GPUs' health") == 1, res.stderr
     assert summary(sgpu)["excluded"] == []
+
+
+def two_gated_nodes(sgpu, tmp_path, node1_env, *args):
+    """Node 0 (static, 2 healthy fake GPUs) and node 1 ("nodeb", an agent with `node1_env`'s fake GPUs), 2 GPUs each."""
+    from multinode import agent, free_port, make_secret_file, static_node
+    endpoint, secret = f"127.0.0.1:{free_port()}", make_secret_file(tmp_path / "secret")
+    n0 = static_node(sgpu, 2, 0, endpoint, secret, "--gpus-per-node", 2, *args, env=gpus(sgpu, 2))
+    a1 = agent(sgpu, endpoint, secret, "--node-name", "nodeb", "--node-rank", 1, env=node1_env)
+    o0, e0 = n0.communicate(timeout=60)
+    _, e1 = a1.communicate(timeout=60)
+    return n0.returncode, o0, e0 + e1
+
+
+def test_on_several_nodes_each_agent_gates_its_gpus_and_a_spare_of_its_node_takes_a_bad_ones_place(sgpu, tmp_path):
+    rc, out, err = two_gated_nodes(sgpu, tmp_path, gpus(sgpu, 3, SGPU_FAKE_DRIVER_ECC="1:2"), *SHOW)
+    assert rc == 0, err
+    assert seen(out) == ["rank 0 attempt 0 gpus 0,1", "rank 1 attempt 0 gpus 0,1",
+                         "rank 2 attempt 0 gpus 0,2", "rank 3 attempt 0 gpus 0,2"], out
+    assert ("sgpu: warning: nodeb GPU 1 fails the health gate: 2 uncorrectable ECC errors since the driver loaded; "
+            "left out for the rest of the run (attempt 0 on)") in err
+    assert summary(sgpu)["excluded"] == [
+        {"host": "nodeb", "gpu": 1, "reason": "2 uncorrectable ECC errors since the driver loaded", "attempt": 0}]
+    assert [e["host"] for e in events(sgpu, "excluded")] == ["nodeb"]
+
+
+def test_on_several_nodes_an_xid_during_an_attempt_moves_the_next_to_a_spare_and_none_left_ends_the_run(sgpu,
+                                                                                                       tmp_path):
+    # Attempt 0: rank 2 (nodeb's first) makes nodeb's GPU 1 report XID 79, and the ranks fail.
+    xids = tmp_path / "xids"
+    xids.write_text("")
+    job = ["--no-python", "/bin/sh", "-c",
+           'echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT gpus $CUDA_VISIBLE_DEVICES"; '
+           'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
+           '[ "$RANK" = 2 ] && echo 1:79 >> "$XID_FILE"; exit 1; fi']
+    env = gpus(sgpu, 3, SGPU_FAKE_DRIVER_XID_FILE=str(xids), XID_FILE=str(xids))
+    rc, out, err = two_gated_nodes(sgpu, tmp_path, env, "--max-restarts", 1, "--restart-backoff", "0.1s", *job)
+    assert rc == 0, err
+    assert [line for line in seen(out) if "attempt 1" in line] == [
+        "rank 0 attempt 1 gpus 0,1", "rank 1 attempt 1 gpus 0,1", "rank 2 attempt 1 gpus 0,2",
+        "rank 3 attempt 1 gpus 0,2"], out
+    assert summary(sgpu)["excluded"] == [
+        {"host": "nodeb", "gpu": 1, "reason": "XID 79 (the GPU fell off the bus) during attempt 0", "attempt": 1}]
+    # The same with no GPU of nodeb to spare: attempt 1 cannot start there, and the run ends with attempt 0's code.
+    shutil.rmtree(pathlib.Path(sgpu.env["SGPU_HOME"]), ignore_errors=True)
+    xids.write_text("")
+    rc, out, err = two_gated_nodes(sgpu, tmp_path, gpus(sgpu, 2, SGPU_FAKE_DRIVER_XID_FILE=str(xids),
+                                                        XID_FILE=str(xids)),
+                                   "--max-restarts", 1, "--restart-backoff", "0.1s", *job)
+    assert rc == 1, err + out
+    assert ("node nodeb: attempt 1 cannot start: GPU 1 (XID 79 (the GPU fell off the bus) during attempt 0) failed "
+            "the health gate, and no spare GPU is left to take its place") in err, err
+    assert not [line for line in seen(out) if "attempt 1" in line and "rank 2" in line], out

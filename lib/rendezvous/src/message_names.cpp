@@ -59,6 +59,8 @@ const char* type_name(MessageType type) {
       return "Inspection";
     case MessageType::NodeSamples:
       return "NodeSamples";
+    case MessageType::NodeExcluded:
+      return "NodeExcluded";
   }
   return "unknown";
 }

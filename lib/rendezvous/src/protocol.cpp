@@ -10,15 +10,16 @@ namespace {
 
 // The type of each alternative of Message, in the variant's order.
 constexpr MessageType kTypeOfIndex[] = {
-    MessageType::ClientHello, MessageType::ServerHello, MessageType::Auth,
-    MessageType::Reject,      MessageType::Welcome,     MessageType::Join,
-    MessageType::Assign,      MessageType::Ready,       MessageType::Start,
-    MessageType::Abort,       MessageType::Heartbeat,   MessageType::PreflightId,
-    MessageType::RankStarted, MessageType::RankOutput,  MessageType::RankOutputClosed,
-    MessageType::RankFile,    MessageType::RankExited,  MessageType::NodeTeardown,
-    MessageType::NodeDone,    MessageType::Signal,      MessageType::Finish,
-    MessageType::Restart,     MessageType::Inspection,  MessageType::Inspect,
-    MessageType::Probe,       MessageType::ProbeResult, MessageType::NodeSamples,
+    MessageType::ClientHello,  MessageType::ServerHello, MessageType::Auth,
+    MessageType::Reject,       MessageType::Welcome,     MessageType::Join,
+    MessageType::Assign,       MessageType::Ready,       MessageType::Start,
+    MessageType::Abort,        MessageType::Heartbeat,   MessageType::PreflightId,
+    MessageType::RankStarted,  MessageType::RankOutput,  MessageType::RankOutputClosed,
+    MessageType::RankFile,     MessageType::RankExited,  MessageType::NodeTeardown,
+    MessageType::NodeDone,     MessageType::Signal,      MessageType::Finish,
+    MessageType::Restart,      MessageType::Inspection,  MessageType::Inspect,
+    MessageType::Probe,        MessageType::ProbeResult, MessageType::NodeSamples,
+    MessageType::NodeExcluded,
 };
 static_assert(std::size(kTypeOfIndex) == std::variant_size_v<Message>);
 
@@ -224,6 +225,11 @@ void put(WireWriter& w, const Inspection& m) {
   w.bytes(m.stacks);
 }
 void put(WireWriter& w, const NodeSamples& m) { w.bytes(m.json); }
+void put(WireWriter& w, const NodeExcluded& m) {
+  w.u32(m.gpu);
+  w.bytes(m.reason);
+  w.u32(m.attempt);
+}
 void put(WireWriter& w, const Restart& m) {
   w.u32(m.attempt);
   w.bytes(m.master_addr);
@@ -432,6 +438,13 @@ Message get(MessageType type, WireReader& r) {
       m.json = r.bytes(kMaxSamplesBytes, "samples");
       return m;
     }
+    case MessageType::NodeExcluded: {
+      NodeExcluded m;
+      m.gpu = r.u32();
+      m.reason = r.bytes(kMaxMessageBytes, "exclusion's reason");
+      m.attempt = r.u32();
+      return m;
+    }
     case MessageType::Restart: {
       Restart m;
       m.attempt = r.u32();
@@ -443,7 +456,7 @@ Message get(MessageType type, WireReader& r) {
   throw ProtocolError(fmt::format("unknown message type {}", static_cast<int>(type)));
 }
 
-bool known_type(std::uint8_t t) { return (t >= 1 && t <= 14) || (t >= 20 && t <= 28) || (t >= 30 && t <= 33); }
+bool known_type(std::uint8_t t) { return (t >= 1 && t <= 14) || (t >= 20 && t <= 33); }
 
 }  // namespace
 

@@ -343,6 +343,7 @@ void RendezvousServer::Impl::on_running(Peer& p, Message&& m) {
     case MessageType::Abort:
     case MessageType::Inspection:
     case MessageType::NodeSamples:
+    case MessageType::NodeExcluded:
       handler.on_node_message(p.node_rank, std::move(m));
       return;
     default:

@@ -65,6 +65,7 @@ std::vector<Message> one_of_each() {
       Finish{7, "rank 9 (node-b) failed first: exit 3"},
       Restart{2, "10.0.0.1", 29517},
       NodeSamples{R"({"node":1,"ranks":[{"rank":9,"cpu_percent":99.5}]})"},
+      NodeExcluded{1, "2 uncorrectable ECC errors since the driver loaded", 3},
   };
 }
 

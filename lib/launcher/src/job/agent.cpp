@@ -26,6 +26,7 @@
 #include "sgpu/launcher/plan/plan.hpp"
 #include "sgpu/launcher/plan/ray.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/preflight/node_gate.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
@@ -78,6 +79,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   std::map<int, env::RankFiles> files;
   std::unique_ptr<Supervisor> supervisor;
   std::unique_ptr<preflight::NodePreflight> preflight;  // --preflight, between Assign and Start
+  preflight::NodeGate gate;                             // --health-gate, before each attempt
   std::unique_ptr<metrics::Sampler> sampler;            // --sample-every: while this node's ranks run
   bool ranks_finished = false;
   // The signals that would end this process (SIGINT, SIGTERM, SIGHUP,
@@ -117,6 +119,8 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   PlanInputs inputs(int port, const std::string& master_addr) const {
     PlanInputs in;
     in.inventory = discovery.gpus;
+    for (auto& g : in.inventory)  // --health-gate: what it left out, for the rest of the run
+      if (gate.left_out().contains(g.index)) g.visible = false;
     in.topology = topology;
     in.inherited = options.environment;
     in.run_id = run_id;
@@ -280,6 +284,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   void start_ranks(const std::string& master_addr, int port) {
     try {
       plan = make_plan(spec, inputs(port, master_addr));
+      check_health(master_addr, port);
     } catch (const Error& e) {
       auto message = fmt::format("node {}: {}", options.node_name, e.what());
       client.send(rdzv::Abort{message, e.exit_code()});
@@ -308,6 +313,27 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
     supervising = true;
     supervisor->start(rank_launches(plan), [this](const JobOutcome&) { on_ranks_finished(); });
     start_sampling();
+  }
+
+  // --health-gate: this node's GPUs of the attempt (and, with restarts,
+  // their XIDs since the last one), as the local backend gates its own. A
+  // GPU that fails is left out for the rest of the run, the launcher is told
+  // (NodeExcluded), and a GPU of this node beyond the job's takes its place;
+  // with none left, this node cannot start the attempt (an Error: Abort).
+  // The first attempt's GPUs are the preflight's to judge when it runs.
+  void check_health(const std::string& master_addr, int port) {
+    if (!spec.health_gate || (attempt == 0 && spec.preflight.enabled)) return;
+    std::vector<env::Gpu> usable;
+    for (const auto& g : inputs(port, master_addr).inventory)
+      if (g.visible) usable.push_back(g);
+    auto result = gate.check(plan, attempt, spec.max_restarts > 0, usable,
+                             [&] { return make_plan(spec, inputs(port, master_addr)); });
+    if (!result.unread.empty())
+      diagnostic("sgpu: note: node {}: the health gate could not read the GPUs' health ({}): they were not checked\n",
+                 options.node_name, result.unread);
+    for (const auto& f : result.excluded)
+      client.send(rdzv::NodeExcluded{static_cast<std::uint32_t>(f.gpu), f.reason, static_cast<std::uint32_t>(attempt)});
+    if (!result.refusal.empty()) throw Error(fmt::format("attempt {} cannot start: {}", attempt, result.refusal), 1);
   }
 
   // --sample-every: this node's ranks and GPUs, each sample sent to the launcher as it is taken.

@@ -293,6 +293,13 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   void handle(std::uint32_t node, rdzv::Abort& m) { lose(node, m.message, std::nullopt); }
 
   void handle(std::uint32_t node, rdzv::Inspection& m) { inquiries.on_answer(node, m); }
+  // --health-gate on a node: a GPU its agent left out, for the console, events.jsonl and summary.json.
+  void handle(std::uint32_t node, rdzv::NodeExcluded& m) {
+    Exclusion e{nodes[node].name, static_cast<int>(m.gpu), m.reason, static_cast<int>(m.attempt)};
+    outcome.excluded.push_back(e);
+    if (observer) observer->on_excluded(e);
+  }
+
   // --sample-every: a node's sample, to the launcher's observers (metrics.jsonl, stragglers, /metrics).
   void handle(std::uint32_t /*node*/, rdzv::NodeSamples& m) {
     if (auto sample = decode_samples(m.json); sample && observer) observer->on_sample(*sample);

@@ -46,6 +46,9 @@ std::string encode_job(const JobDescription& job) {
                      {"args", s.entrypoint.args}};
   j["python"] = s.python;
   j["gpus"] = s.gpus ? json(*s.gpus) : json();
+  // --gpus-per-node: an agent on a node with more GPUs runs that many ranks,
+  // not one per GPU it has (the rest are its spares for the health gate).
+  j["gpus_per_node"] = s.gpus_per_node ? json(*s.gpus_per_node) : json();
   j["nproc"] = s.nproc ? json(*s.nproc) : json();
   j["nproc_mode"] = s.nproc_mode;  // torchrun's gpu/auto/cpu: each agent resolves it on its node
   j["gpu_type"] = s.gpu_type;
@@ -67,7 +70,9 @@ std::string encode_job(const JobDescription& job) {
   j["ray"] = s.ray;  // --ray: every agent runs the Ray node helper instead of ranks
   j["ray_dashboard"] = s.ray_dashboard;
   j["ray_metrics"] = s.ray_metrics;
-  const auto& pf = s.preflight;  // every node checks its GPUs before Ready
+  j["health_gate"] = s.health_gate;    // every agent gates its own GPUs before each attempt
+  j["max_restarts"] = s.max_restarts;  // with restarts, each watches its GPUs' XIDs between attempts
+  const auto& pf = s.preflight;        // every node checks its GPUs before Ready
   j["preflight"] = {{"enabled", pf.enabled},
                     {"max_bytes", pf.max_bytes},
                     {"iters", pf.iters},
@@ -121,6 +126,9 @@ JobDescription decode_job(std::string_view text) {
     take(j, "ray", s.ray);
     take(j, "ray_dashboard", s.ray_dashboard);
     take(j, "ray_metrics", s.ray_metrics);
+    take(j, "health_gate", s.health_gate);
+    take(j, "gpus_per_node", s.gpus_per_node);
+    take(j, "max_restarts", s.max_restarts);
     if (auto pf = j.find("preflight"); pf != j.end()) {
       take(*pf, "enabled", s.preflight.enabled);
       take(*pf, "max_bytes", s.preflight.max_bytes);

@@ -76,7 +76,13 @@ TEST_CASE("launcher::encode_job and decode_job") {
   job.cwd = "/home/me/project";
   job.added_env = {{"MLFLOW_RUN_ID", "abc"}};
   job.spec.preflight = {true, false, "64K", 3, "30s", "12.5"};
+  job.spec.health_gate = false;
+  job.spec.max_restarts = 4;
+  job.spec.gpus_per_node = 2;
   auto back = decode_job(encode_job(job));
+  CHECK(back.spec.gpus_per_node == 2);  // a node with more GPUs runs 2 ranks, the rest spares
+  CHECK_FALSE(back.spec.health_gate);   // each agent gates its own GPUs, or not
+  CHECK(back.spec.max_restarts == 4);   // and watches their XIDs when attempts may follow
   CHECK(back.spec.preflight.enabled);
   CHECK(back.spec.preflight.max_bytes == "64K");
   CHECK(back.spec.preflight.iters == 3);

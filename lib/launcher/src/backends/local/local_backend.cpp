@@ -1,5 +1,5 @@
 #include "backends/local/local_backend.hpp"
-#include "sgpu/launcher/preflight/health.hpp"
+#include "sgpu/launcher/preflight/node_gate.hpp"
 
 #include <unistd.h>
 #include <algorithm>
@@ -224,68 +224,29 @@ class LocalBackend : public Backend {
   }
 
   // --health-gate: the plan's GPUs read through NVML before `attempt`, and
-  // the XIDs the node's GPUs reported during the attempt before. One that
-  // fails is left out for the rest of the run and the plan made again, so a
-  // GPU of this node beyond the job's takes its place. "" when the plan is
-  // healthy; else why no healthy plan is left.
+  // the XIDs the node's GPUs reported during the attempt before
+  // (preflight::NodeGate). One that fails is left out for the rest of the run
+  // and a GPU of this node beyond the job's takes its place. "" when the plan
+  // is healthy; else why no healthy plan is left.
   std::string gate(const JobSpec& spec, LaunchPlan& plan, int attempt) {
-    if (!spec.health_gate || plan.gpus.empty()) return "";
-    auto xid_failures = xids_since_last_gate(spec, attempt);
-    for (;;) {
-      auto result = preflight::health_gate(plan.gpus);
-      if (!result.error.empty()) {
-        if (!gate_unread_said_)
-          diagnostic("sgpu: note: the health gate could not read the GPUs' health ({}): they were not checked\n",
-                     result.error);
-        gate_unread_said_ = true;
-        return "";
-      }
-      for (const auto& f : result.failures)  // one reason a GPU: the XID's first
-        if (std::none_of(xid_failures.begin(), xid_failures.end(), [&](const auto& x) { return x.gpu == f.gpu; }))
-          xid_failures.push_back(f);
-      result.failures = std::exchange(xid_failures, {});
-      if (result.failures.empty()) return "";
-      std::string failed;
-      for (const auto& f : result.failures) {
-        for (auto& g : in_.inventory)
-          if (g.index == f.gpu) g.visible = false;
-        Exclusion e{"", f.gpu, f.reason, attempt};
-        excluded_.push_back(e);
-        if (observer_ != nullptr) observer_->on_excluded(e);
-        failed += fmt::format("{}GPU {} ({})", failed.empty() ? "" : "; ", f.gpu, f.reason);
-      }
-      try {
-        plan = naming_filters([&] { return make_plan(spec, in_); });
-      } catch (const Error& e) {
-        return fmt::format("{} failed the health gate, and no spare GPU is left to take {} place: {}", failed,
-                           result.failures.size() == 1 ? "its" : "their", e.what());
-      }
+    if (!spec.health_gate) return "";
+    std::vector<env::Gpu> usable;
+    for (const auto& g : in_.inventory)
+      if (g.visible) usable.push_back(g);
+    auto result = gate_.check(plan, attempt, spec.max_restarts > 0, usable, [&] {
+      for (auto& g : in_.inventory)
+        if (gate_.left_out().contains(g.index)) g.visible = false;
+      return naming_filters([&] { return make_plan(spec, in_); });
+    });
+    if (!result.unread.empty())
+      diagnostic("sgpu: note: the health gate could not read the GPUs' health ({}): they were not checked\n",
+                 result.unread);
+    for (const auto& f : result.excluded) {
+      Exclusion e{"", f.gpu, f.reason, attempt};
+      excluded_.push_back(e);
+      if (observer_ != nullptr) observer_->on_excluded(e);
     }
-  }
-
-  // The GPUs that reported a hardware XID (preflight::xid_fault) since the
-  // gate last ran: watched from the first gate on, when restarts may follow.
-  std::vector<preflight::GateFailure> xids_since_last_gate(const JobSpec& spec, int attempt) {
-    std::vector<preflight::GateFailure> out;
-    if (xids_ == nullptr) {
-      if (spec.max_restarts > 0) {
-        std::vector<env::Gpu> watched;
-        for (const auto& g : in_.inventory)
-          if (g.visible) watched.push_back(g);
-        xids_ = std::make_unique<preflight::XidWatch>(watched);
-      }
-      return out;
-    }
-    for (const auto& event : xids_->drain()) {
-      auto fault = preflight::xid_fault(event.xid);
-      bool visible = std::any_of(in_.inventory.begin(), in_.inventory.end(),
-                                 [&](const env::Gpu& g) { return g.index == event.gpu && g.visible; });
-      if (fault.empty() || !visible ||
-          std::any_of(out.begin(), out.end(), [&](const auto& f) { return f.gpu == event.gpu; }))
-        continue;
-      out.push_back({event.gpu, fmt::format("XID {} ({}) during attempt {}", event.xid, fault, attempt - 1)});
-    }
-    return out;
+    return result.refusal;
   }
 
   // `sgpu stacks` on the running job: the supervisor's live ranks.
@@ -335,8 +296,7 @@ class LocalBackend : public Backend {
   bool discovered_ = false;
   JobObserver* observer_ = nullptr;  // once the ranks are placed
   std::vector<Exclusion> excluded_;  // --health-gate: left out for the rest of the run
-  bool gate_unread_said_ = false;
-  std::unique_ptr<preflight::XidWatch> xids_;  // --health-gate with restarts: the node's XIDs
+  preflight::NodeGate gate_;
   int ranks_ = 0;
 };
 

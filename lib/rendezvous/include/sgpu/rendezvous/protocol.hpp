@@ -45,7 +45,7 @@
 namespace sgpu::rendezvous {
 
 inline constexpr std::uint16_t kProtocolVersion =
-    7;  // 4: Inspect, Inspection; 5: Probe, ProbeResult; 6: Join's network; 7: NodeSamples
+    8;  // 4: Inspect, Inspection; 5: Probe, ProbeResult; 6: Join's network; 7: NodeSamples; 8: NodeExcluded
 inline constexpr std::string_view kMagic = "SGPURDZV";
 inline constexpr std::size_t kFrameHeaderSize = 5;
 inline constexpr std::uint32_t kMaxHelloPayload = 1024;
@@ -91,6 +91,7 @@ enum class MessageType : std::uint8_t {
   NodeDone = 26,
   Inspection = 27,
   NodeSamples = 28,
+  NodeExcluded = 29,
   Signal = 30,
   Finish = 31,
   Restart = 32,
@@ -339,10 +340,19 @@ struct NodeSamples {
   bool operator==(const NodeSamples&) const = default;
 };
 
+// --health-gate on a node: one of its GPUs left out for the rest of the run,
+// before `attempt` (sent before that attempt's ranks start).
+struct NodeExcluded {
+  std::uint32_t gpu = 0;
+  std::string reason;
+  std::uint32_t attempt = 0;
+  bool operator==(const NodeExcluded&) const = default;
+};
+
 using Message =
     std::variant<ClientHello, ServerHello, Auth, Reject, Welcome, Join, Assign, Ready, Start, Abort, Heartbeat,
                  PreflightId, RankStarted, RankOutput, RankOutputClosed, RankFile, RankExited, NodeTeardown, NodeDone,
-                 Signal, Finish, Restart, Inspection, Inspect, Probe, ProbeResult, NodeSamples>;
+                 Signal, Finish, Restart, Inspection, Inspect, Probe, ProbeResult, NodeSamples, NodeExcluded>;
 
 MessageType type_of(const Message& message);
 const char* type_name(MessageType type);
