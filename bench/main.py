@@ -18,6 +18,7 @@ import failure
 import footprint
 import gpu
 import hangs
+import health_gate
 import launch
 import multinode
 import output
@@ -48,6 +49,7 @@ SECTIONS = {
     "hangs": hangs.run,
     "sampling": sampling.run,
     "env_sync": env_sync.run,
+    "health_gate": health_gate.run,
 }
 
 METHOD = """\
