@@ -41,6 +41,11 @@ def seen(stdout):
     return sorted(line.split("] ", 1)[-1] for line in stdout.splitlines() if "attempt" in line)
 
 
+def attempt_1(stdout):
+    """The ranks' lines of attempt 1: those of attempt 0 after the first failure may not come, stopped by it."""
+    return [line for line in seen(stdout) if "attempt 1" in line]
+
+
 def test_a_gpu_with_ecc_errors_is_left_out_at_the_start_and_a_spare_takes_its_place(sgpu):
     res = sgpu.run("launch", "--gpus", 2, *SHOW, env=gpus(sgpu, 3, SGPU_FAKE_DRIVER_ECC="1:2"))
     assert res.returncode == 0, res.stderr
@@ -58,9 +63,8 @@ def test_a_gpu_that_fails_during_an_attempt_is_replaced_by_a_spare_at_the_restar
     env = gpus(sgpu, 3, SGPU_FAKE_DRIVER_ECC_FILE=str(ecc), ECC_FILE=str(ecc))
     res = sgpu.run("launch", "--gpus", 2, "--max-restarts", 1, "--restart-backoff", "0.1s", *BREAK_GPU_1, env=env)
     assert res.returncode == 0, res.stderr
-    # (Rank 1's attempt-0 line may not come: rank 0's failure stops it.)
     assert "rank 0 attempt 0 gpus 0,1" in seen(res.stdout), res.stdout
-    assert [line for line in seen(res.stdout) if "attempt 1" in line] == [
+    assert attempt_1(res.stdout) == [
         "rank 0 attempt 1 gpus 0,2", "rank 1 attempt 1 gpus 0,2"], res.stdout
     s = summary(sgpu)
     assert s["excluded"] == [
@@ -87,16 +91,15 @@ def test_a_gpu_that_reported_a_hardware_xid_is_replaced_at_the_restart_and_a_pro
                        env=env)
         assert res.returncode == 0, res.stderr
         runs[xid] = (res, json.loads(next((tmp_path / f"home-{xid}" / "runs").glob("*/summary.json")).read_text()))
-    # (Rank 1's attempt-0 line may not come: rank 0's failure stops it.)
     res, s = runs[79]
     assert "rank 0 attempt 0 gpus 0,1" in seen(res.stdout), res.stdout
-    assert [line for line in seen(res.stdout) if "attempt 1" in line] == [
+    assert attempt_1(res.stdout) == [
         "rank 0 attempt 1 gpus 0,2", "rank 1 attempt 1 gpus 0,2"], res.stdout
     assert s["excluded"] == [
         {"host": None, "gpu": 1, "reason": "XID 79 (the GPU fell off the bus) during attempt 0", "attempt": 1}]
     assert "GPU 1 fails the health gate: XID 79 (the GPU fell off the bus) during attempt 0" in res.stderr
     res, s = runs[13]
-    assert [line for line in seen(res.stdout) if "attempt 1" in line] == [
+    assert attempt_1(res.stdout) == [
         "rank 0 attempt 1 gpus 0,1", "rank 1 attempt 1 gpus 0,1"], res.stdout
     assert s["excluded"] == [] and "health gate" not in res.stderr
 
@@ -179,7 +182,7 @@ def test_on_several_nodes_an_xid_during_an_attempt_moves_the_next_to_a_spare_and
     env = gpus(sgpu, 3, SGPU_FAKE_DRIVER_XID_FILE=str(xids), XID_FILE=str(xids))
     rc, out, err = two_gated_nodes(sgpu, tmp_path, env, "--max-restarts", 1, "--restart-backoff", "0.1s", *job)
     assert rc == 0, err
-    assert [line for line in seen(out) if "attempt 1" in line] == [
+    assert attempt_1(out) == [
         "rank 0 attempt 1 gpus 0,1", "rank 1 attempt 1 gpus 0,1", "rank 2 attempt 1 gpus 0,2",
         "rank 3 attempt 1 gpus 0,2"], out
     assert summary(sgpu)["excluded"] == [
@@ -193,4 +196,4 @@ def test_on_several_nodes_an_xid_during_an_attempt_moves_the_next_to_a_spare_and
     assert rc == 1, err + out
     assert ("node nodeb: attempt 1 cannot start: GPU 1 (XID 79 (the GPU fell off the bus) during attempt 0) failed "
             "the health gate, and no spare GPU is left to take its place") in err, err
-    assert not [line for line in seen(out) if "attempt 1" in line and "rank 2" in line], out
+    assert not [line for line in attempt_1(out) if "rank 2" in line], out

@@ -323,10 +323,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
   // The first attempt's GPUs are the preflight's to judge when it runs.
   void check_health(const std::string& master_addr, int port) {
     if (!spec.health_gate || (attempt == 0 && spec.preflight.enabled)) return;
-    std::vector<env::Gpu> usable;
-    for (const auto& g : inputs(port, master_addr).inventory)
-      if (g.visible) usable.push_back(g);
-    auto result = gate.check(plan, attempt, spec.max_restarts > 0, usable,
+    auto result = gate.check(plan, attempt, spec.max_restarts > 0, discovery.gpus,
                              [&] { return make_plan(spec, inputs(port, master_addr)); });
     if (!result.unread.empty())
       diagnostic("sgpu: note: node {}: the health gate could not read the GPUs' health ({}): they were not checked\n",

@@ -9,10 +9,13 @@
 
 namespace sgpu::launcher::preflight {
 
-std::vector<GateFailure> NodeGate::xid_failures(int attempt, bool restarts, const std::vector<env::Gpu>& node_gpus) {
+std::vector<GateFailure> NodeGate::xid_failures(int attempt, bool restarts, const std::vector<env::Gpu>& inventory) {
   std::vector<GateFailure> out;
   if (xids_ == nullptr) {  // the first check: watched from now on, when an attempt may follow
-    if (restarts) xids_ = std::make_unique<XidWatch>(node_gpus);
+    std::vector<env::Gpu> usable;
+    for (const auto& g : inventory)
+      if (g.visible && !left_out_.contains(g.index)) usable.push_back(g);
+    if (restarts) xids_ = std::make_unique<XidWatch>(usable);
     return out;
   }
   for (const auto& event : xids_->drain()) {
@@ -25,12 +28,12 @@ std::vector<GateFailure> NodeGate::xid_failures(int attempt, bool restarts, cons
   return out;
 }
 
-NodeGate::Result NodeGate::check(LaunchPlan& plan, int attempt, bool restarts, const std::vector<env::Gpu>& node_gpus,
+NodeGate::Result NodeGate::check(LaunchPlan& plan, int attempt, bool restarts, const std::vector<env::Gpu>& inventory,
                                  const std::function<LaunchPlan()>& remake) {
   Result out;
   if (plan.gpus.empty()) return out;
   const auto needed = plan.gpus.size();  // a plan made again must not run the same ranks on fewer GPUs
-  auto failures = xid_failures(attempt, restarts, node_gpus);
+  auto failures = xid_failures(attempt, restarts, inventory);
   for (;;) {
     auto result = health_gate(plan.gpus);
     if (!result.error.empty()) {

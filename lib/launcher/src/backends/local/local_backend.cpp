@@ -230,10 +230,7 @@ class LocalBackend : public Backend {
   // is healthy; else why no healthy plan is left.
   std::string gate(const JobSpec& spec, LaunchPlan& plan, int attempt) {
     if (!spec.health_gate) return "";
-    std::vector<env::Gpu> usable;
-    for (const auto& g : in_.inventory)
-      if (g.visible) usable.push_back(g);
-    auto result = gate_.check(plan, attempt, spec.max_restarts > 0, usable, [&] {
+    auto result = gate_.check(plan, attempt, spec.max_restarts > 0, in_.inventory, [&] {
       for (auto& g : in_.inventory)
         if (gate_.left_out().contains(g.index)) g.visible = false;
       return naming_filters([&] { return make_plan(spec, in_); });

@@ -26,16 +26,16 @@ class NodeGate {
     std::string refusal;  // no healthy plan is left: why ("GPU 1 (...) failed the health gate, and no spare...")
   };
   // `plan` for `attempt`, judged and made again by `remake` (which throws
-  // Error when no plan fits) until it passes. `node_gpus`: the node's GPUs
-  // the job may use, whose XIDs are watched from the first check on when
-  // `restarts` (their failures count only for GPUs not yet left out).
-  Result check(LaunchPlan& plan, int attempt, bool restarts, const std::vector<env::Gpu>& node_gpus,
+  // Error when no plan fits) until it passes. `inventory`: the node's GPUs;
+  // the visible ones not left out yet have their XIDs watched from the first
+  // check on when `restarts`.
+  Result check(LaunchPlan& plan, int attempt, bool restarts, const std::vector<env::Gpu>& inventory,
                const std::function<LaunchPlan()>& remake);
   // Every GPU left out so far: the plan's inventory must mark them invisible.
   const std::set<int>& left_out() const { return left_out_; }
 
  private:
-  std::vector<GateFailure> xid_failures(int attempt, bool restarts, const std::vector<env::Gpu>& node_gpus);
+  std::vector<GateFailure> xid_failures(int attempt, bool restarts, const std::vector<env::Gpu>& inventory);
   std::set<int> left_out_;
   bool unread_said_ = false;
   std::unique_ptr<XidWatch> xids_;
