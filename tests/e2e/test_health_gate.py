@@ -172,13 +172,14 @@ def test_on_several_nodes_each_agent_gates_its_gpus_and_a_spare_of_its_node_take
 
 def test_on_several_nodes_an_xid_during_an_attempt_moves_the_next_to_a_spare_and_none_left_ends_the_run(sgpu,
                                                                                                        tmp_path):
-    # Attempt 0: rank 2 (nodeb's first) makes nodeb's GPU 1 report XID 79, and the ranks fail.
+    # Attempt 0: rank 2 (nodeb's first) makes nodeb's GPU 1 report XID 79 and fails; the others wait to be
+    # stopped (had they failed too, theirs could end the attempt before rank 2 wrote the XID).
     xids = tmp_path / "xids"
     xids.write_text("")
     job = ["--no-python", "/bin/sh", "-c",
            'echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT gpus $CUDA_VISIBLE_DEVICES"; '
            'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
-           '[ "$RANK" = 2 ] && echo 1:79 >> "$XID_FILE"; exit 1; fi']
+           'if [ "$RANK" = 2 ]; then echo 1:79 >> "$XID_FILE"; exit 1; fi; exec sleep 30; fi']
     env = gpus(sgpu, 3, SGPU_FAKE_DRIVER_XID_FILE=str(xids), XID_FILE=str(xids))
     rc, out, err = two_gated_nodes(sgpu, tmp_path, env, "--max-restarts", 1, "--restart-backoff", "0.1s", *job)
     assert rc == 0, err
