@@ -66,6 +66,20 @@ def wait_listening(port, launcher, timeout=30):
     raise RunFailed(f"the launcher did not listen on 127.0.0.1:{port} within {timeout} s")
 
 
+def listen_overflows():
+    """The kernel's count of connections dropped because a listen queue was full (TcpExt ListenOverflows);
+    None where /proc/net/netstat does not say. Machine-wide: other programs' drops count too."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:") and "ListenOverflows" in names.split():
+            return int(values.split()[names.split().index("ListenOverflows")])
+    return None
+
+
 def once(root, sgpu, sim, agents, env=None, timeout=300):
     """One run of `agents` simulated agents; a dict of the figures, or RunFailed saying why."""
     with tempfile.TemporaryDirectory(prefix="sgpu-rdzv-") as tmp:
@@ -86,9 +100,11 @@ def once(root, sgpu, sim, agents, env=None, timeout=300):
         try:
             wait_listening(port, launcher)
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            overflows_before = listen_overflows()
             sim_run = subprocess.run([sim, f"127.0.0.1:{port}", str(agents), "1"], cwd=root, env=env,
                                      capture_output=True, text=True, timeout=timeout)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            overflows_after = listen_overflows()
             launcher.wait(timeout=timeout)
         except (subprocess.TimeoutExpired, RunFailed) as e:
             os.killpg(launcher.pid, signal.SIGKILL)  # GNU time, sgpu and its rank: their own group
@@ -103,6 +119,8 @@ def once(root, sgpu, sim, agents, env=None, timeout=300):
     if result["started"] != agents or result["finished"] != agents:
         raise RunFailed(f"only {result['started']} of {agents} agents started, {result['finished']} finished")
     result["launcher_max_rss_mib"] = int(rss_kib) / 1024  # GNU time's %M is in KiB
+    result["listen_overflows"] = (None if overflows_before is None or overflows_after is None
+                                  else overflows_after - overflows_before)
     result["launcher_cpu_s"] = float(user) + float(system)
     result["agents_cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return result
@@ -163,7 +181,18 @@ def run(ctx):
                   + f" &  {SIM} 127.0.0.1:PORT {n} 1" for n in sizes]
     s.commands.append("# the same by hand, with its own summary: scripts/bench-rdzv-scale AGENTS REPEATS")
     s.notes.append("The secret travels in `SGPU_RDZV_SECRET` to the simulator and in a 0600 file to the launcher; "
-                   "the benchmark waits for the launcher's port to accept a connection before the simulator starts.")
+                   "the benchmark waits for the launcher's port to accept a connection before the simulator starts. "
+                   "Each simulated agent connects from a loopback address of its own (127.1.x.y), as real agents "
+                   "come from hosts of their own: from one address the kernel's search for a free ephemeral port "
+                   "grew with every connection held.")
+    drops = {n: [r["listen_overflows"] for r in runs if r.get("listen_overflows") is not None]
+             for n, runs in results.items()}
+    if any(sum(d) for d in drops.values()):
+        s.notes.append("Connections the kernel dropped because a listen queue was full (TcpExt ListenOverflows, "
+                       "machine-wide, summed over the runs; each costs its agent a SYN retransmit, a second or "
+                       "more): " + ", ".join(f"{n} agents {sum(d)}" for n, d in drops.items() if d) + ".")
+    elif any(drops.values()):
+        s.notes.append("No connection was dropped for a full listen queue in any run (TcpExt ListenOverflows).")
     for n, why in failed.items():
         s.notes.append(f"**sgpu failed with {n} agents**, {why}")
         s.notes.append(f"Runs of {n} agents that passed before it: all started "

@@ -49,6 +49,7 @@ struct RendezvousClient::Impl {
   std::string last_error = "no answer";
   std::unique_ptr<ReachProbe> probe;  // the reachability check, from its Probe to Start (node 0 listens meanwhile)
   std::string route;                  // the interface the check went out by
+  std::uint32_t nnodes = 0;           // from the assignment: node 0's check listens for nnodes - 1 peers
 
   Impl(asio::io_context& io_, ClientOptions o, Secret s, ClientHandler& h)
       : io(io_),
@@ -85,24 +86,25 @@ struct RendezvousClient::Impl {
                 return;
               }
               connecting = std::make_unique<tcp::socket>(io);
-              asio::async_connect(*connecting, results, [this, g](boost::system::error_code cec, const tcp::endpoint&) {
-                if (g.expired() || state != State::Connecting) return;
-                if (cec) {
-                  retry(cec.message());
-                  return;
-                }
-                // Nothing listens yet on a port of the ephemeral range, and the
-                // kernel gave this socket that very port: TCP's simultaneous open
-                // connected it to itself, and it would read its own hello back.
-                boost::system::error_code lec;
-                boost::system::error_code rec;
-                if (connecting->local_endpoint(lec) == connecting->remote_endpoint(rec) && !lec && !rec) {
-                  connecting->close(lec);
-                  retry("Connection refused");
-                  return;
-                }
-                connected();
-              });
+              connect_from(*connecting, results, options.source_address,
+                           [this, g](boost::system::error_code cec, const tcp::endpoint&) {
+                             if (g.expired() || state != State::Connecting) return;
+                             if (cec) {
+                               retry(cec.message());
+                               return;
+                             }
+                             // Nothing listens yet on a port of the ephemeral range, and the
+                             // kernel gave this socket that very port: TCP's simultaneous open
+                             // connected it to itself, and it would read its own hello back.
+                             boost::system::error_code lec;
+                             boost::system::error_code rec;
+                             if (connecting->local_endpoint(lec) == connecting->remote_endpoint(rec) && !lec && !rec) {
+                               connecting->close(lec);
+                               retry("Connection refused");
+                               return;
+                             }
+                             connected();
+                           });
             });
   }
 
@@ -204,6 +206,7 @@ struct RendezvousClient::Impl {
       case State::Joined:
         if (std::holds_alternative<Heartbeat>(m)) return;
         if (const auto* assign = std::get_if<Assign>(&m)) {
+          nnodes = assign->nnodes;
           std::optional<Ready> ready;
           state = State::Preparing;
           try {
@@ -226,7 +229,8 @@ struct RendezvousClient::Impl {
       case State::Ready:
         if (std::holds_alternative<Heartbeat>(m)) return;
         if (const auto* asked = std::get_if<Probe>(&m)) {
-          probe = std::make_unique<ReachProbe>(io, *asked, [this](const ProbeResult& r) {
+          ReachProbe::Place place{options.source_address, nnodes > 0 ? nnodes - 1 : 0};
+          probe = std::make_unique<ReachProbe>(io, *asked, place, [this](const ProbeResult& r) {
             route = r.interface;
             if (state == State::Ready) socket->send(r);
           });

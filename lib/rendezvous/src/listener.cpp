@@ -1,6 +1,11 @@
 #include "listener.hpp"
 
+#include <sys/socket.h>
+
+#include <cstdio>
+
 #include <fmt/format.h>
+#include <boost/asio/detail/socket_option.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 
@@ -12,7 +17,8 @@ using tcp = asio::ip::tcp;
 
 namespace {
 // `ep`, or with `everywhere` every interface (IPv6 and IPv4 where the node has it).
-void listen_at(tcp::acceptor& acceptor, tcp::endpoint ep, bool everywhere, boost::system::error_code& ec) {
+void listen_at(tcp::acceptor& acceptor, tcp::endpoint ep, bool everywhere, boost::system::error_code& ec,
+               bool share = false) {
   acceptor.open(ep.protocol(), ec);
   if (ec && everywhere) {  // no IPv6 on this node
     ep = tcp::endpoint(tcp::v4(), ep.port());
@@ -20,13 +26,24 @@ void listen_at(tcp::acceptor& acceptor, tcp::endpoint ep, bool everywhere, boost
   }
   if (!ec && ep.protocol() == tcp::v6()) acceptor.set_option(asio::ip::v6_only(false), ec);
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec && share) acceptor.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
   if (!ec) acceptor.bind(ep, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
 }
 }  // namespace
 
-void listen_everywhere(tcp::acceptor& acceptor, unsigned short port, boost::system::error_code& ec) {
-  listen_at(acceptor, tcp::endpoint(tcp::v6(), port), true, ec);
+void listen_everywhere(tcp::acceptor& acceptor, unsigned short port, boost::system::error_code& ec, bool share) {
+  listen_at(acceptor, tcp::endpoint(tcp::v6(), port), true, ec, share);
+}
+
+std::uint32_t listen_queue_limit() {
+  std::uint32_t limit = 4096;
+  if (std::FILE* f = std::fopen("/proc/sys/net/core/somaxconn", "re")) {
+    unsigned value = 0;
+    if (std::fscanf(f, "%u", &value) == 1 && value > 0) limit = value;
+    std::fclose(f);
+  }
+  return limit;
 }
 
 int listen_on(tcp::acceptor& acceptor, const Endpoint& bind) {

@@ -1,9 +1,14 @@
 #pragma once
 // Socket set-up shared inside lib/rendezvous: the listening sockets (the
 // rendezvous's, the reachability check's) and name resolution.
+#include <cstdint>
 #include <string>
 #include <utility>
 
+#include <netinet/in.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detail/socket_option.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -17,8 +22,14 @@ namespace sgpu::rendezvous {
 int listen_on(boost::asio::ip::tcp::acceptor& acceptor, const Endpoint& bind);
 
 // The same on every interface and `port`, the failure in `ec` rather than
-// thrown: node 0's listener for the reachability check (reach_probe.cpp).
-void listen_everywhere(boost::asio::ip::tcp::acceptor& acceptor, unsigned short port, boost::system::error_code& ec);
+// thrown: node 0's listener for the reachability check (reach_probe.cpp);
+// with `share`, one of several on the port (SO_REUSEPORT).
+void listen_everywhere(boost::asio::ip::tcp::acceptor& acceptor, unsigned short port, boost::system::error_code& ec,
+                       bool share = false);
+
+// How many connections one listen queue holds (net.core.somaxconn; 4096,
+// the kernel's default since 5.4, when it cannot be read).
+std::uint32_t listen_queue_limit();
 
 // resolver.async_resolve(host, port, done), except that an address (the
 // usual MASTER_ADDR and rendezvous endpoint) skips the resolver's helper
@@ -35,6 +46,41 @@ void resolve(boost::asio::ip::tcp::resolver& resolver, const std::string& host, 
   auto found = tcp::resolver::results_type::create(tcp::endpoint(address, port), host, std::to_string(port));
   boost::asio::post(resolver.get_executor(),
                     [done = std::forward<Done>(done), found]() mutable { done(boost::system::error_code{}, found); });
+}
+
+// asio::async_connect(socket, found, done), leaving from `source` when it is
+// an address: bound first with no port (IP_BIND_ADDRESS_NO_PORT), so that the
+// kernel picks the port at connect for this source's own 4-tuples. Agents on
+// one machine, each from its own loopback address (the scale benchmark's
+// simulator), then each find a port at once, as agents on their own hosts
+// do; from one address the search for a free port grows with every
+// connection open to the same destination. "" leaves the choice to the kernel.
+template <typename Done>
+void connect_from(boost::asio::ip::tcp::socket& socket, const boost::asio::ip::tcp::resolver::results_type& found,
+                  const std::string& source, Done&& done) {
+  using tcp = boost::asio::ip::tcp;
+  boost::system::error_code ec;
+  auto from = source.empty() ? boost::asio::ip::address() : boost::asio::ip::make_address(source, ec);
+  if (source.empty() || ec) {
+    boost::asio::async_connect(socket, found, std::forward<Done>(done));
+    return;
+  }
+  tcp::endpoint to;
+  for (const auto& entry : found)
+    if (entry.endpoint().address().is_v4() == from.is_v4()) {
+      to = entry.endpoint();
+      break;
+    }
+  using no_port = boost::asio::detail::socket_option::boolean<IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT>;
+  if (!socket.is_open()) socket.open(to.protocol(), ec);
+  if (!ec && from.is_v4()) socket.set_option(no_port(true), ec);
+  if (!ec) socket.bind(tcp::endpoint(from, 0), ec);
+  if (ec) {
+    boost::asio::post(socket.get_executor(), [done = std::forward<Done>(done), ec, to]() mutable { done(ec, to); });
+    return;
+  }
+  socket.async_connect(to,
+                       [done = std::forward<Done>(done), to](boost::system::error_code cec) mutable { done(cec, to); });
 }
 
 }  // namespace sgpu::rendezvous

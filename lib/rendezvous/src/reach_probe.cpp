@@ -1,8 +1,11 @@
 #include "reach_probe.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <boost/asio/connect.hpp>
@@ -19,12 +22,13 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 struct ReachProbe::State {
-  State(asio::io_context& io_, const Probe& p, std::function<void(const ProbeResult&)> d)
-      : io(io_), probe(p), done(std::move(d)), resolver(io_), socket(io_), timer(io_) {}
+  State(asio::io_context& io_, const Probe& p, Place pl, std::function<void(const ProbeResult&)> d)
+      : io(io_), probe(p), place(std::move(pl)), done(std::move(d)), resolver(io_), socket(io_), timer(io_) {}
   asio::io_context& io;
   Probe probe;
+  Place place;
   std::function<void(const ProbeResult&)> done;
-  std::optional<tcp::acceptor> listener;
+  std::vector<std::unique_ptr<tcp::acceptor>> listeners;
   tcp::resolver resolver;
   tcp::socket socket;
   asio::steady_timer timer;
@@ -46,34 +50,53 @@ struct ReachProbe::State {
     });
   }
 
+  // Every other node connects at about the same moment, and the kernel drops
+  // a connection that finds the listen queue (net.core.somaxconn) full: its
+  // node would wait out a SYN retransmit, a second or more. So the port gets
+  // as many listeners as it takes to queue them all (SO_REUSEPORT shares the
+  // arrivals out among them), and each is drained as it fills.
   void listen() {
     boost::system::error_code ec;
-    listener.emplace(io);
-    listen_everywhere(*listener, static_cast<unsigned short>(probe.master_port), ec);
+    auto queue = std::max<std::uint32_t>(listen_queue_limit(), 128);
+    auto count = std::clamp<std::uint32_t>((place.peers + queue - 1) / queue, 1, 64);
+    for (std::uint32_t i = 0; i < count && !ec; ++i) {
+      listeners.push_back(std::make_unique<tcp::acceptor>(io));
+      listen_everywhere(*listeners.back(), static_cast<unsigned short>(probe.master_port), ec, count > 1);
+    }
     answer(!ec, ec ? ec.message() : "");
-    if (!ec) drain(self);
+    if (!ec)
+      for (auto& l : listeners) drain(self, l.get());
   }
 
-  // Every other node connects once: each connection is taken off the listen
-  // queue and closed, so that a queue of somaxconn (4096 here) never fills and
-  // the 4097th node's connect is never dropped into a 5 s "no answer".
-  static void drain(const std::weak_ptr<State>& weak) {
+  // Each connection is taken off the listen queue and closed: all that wait
+  // at each wake (up to a batch), not one per turn of the loop.
+  static void drain(const std::weak_ptr<State>& weak, tcp::acceptor* listener) {
     auto s = weak.lock();
-    if (!s || !s->listener || !s->listener->is_open()) return;
-    s->listener->async_accept([weak](boost::system::error_code ec, tcp::socket peer) {
-      boost::system::error_code ignored;
-      peer.close(ignored);
-      if (ec == asio::error::operation_aborted) return;
+    if (!s || !listener->is_open()) return;
+    listener->async_wait(tcp::acceptor::wait_read, [weak, listener](boost::system::error_code ec) {
+      auto s2 = weak.lock();
+      if (!s2 || !listener->is_open() || ec == asio::error::operation_aborted) return;
+      if (!ec && !listener->non_blocking()) listener->non_blocking(true, ec);
+      constexpr int kBatch = 512;
+      for (int taken = 0; !ec && taken < kBatch; ++taken) {
+        tcp::socket peer(s2->io);
+        listener->accept(peer, ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) {
+          ec = {};
+          break;
+        }
+        if (ec == asio::error::connection_aborted) ec = {};
+        boost::system::error_code ignored;
+        peer.close(ignored);
+      }
       if (ec) {  // out of descriptors: the peers wait in the queue, connected; try again shortly
-        auto s2 = weak.lock();
-        if (!s2) return;
-        s2->timer.expires_after(std::chrono::milliseconds(50));
-        s2->timer.async_wait([weak](boost::system::error_code tec) {
-          if (!tec) drain(weak);
+        auto pause = std::make_shared<asio::steady_timer>(s2->io, std::chrono::milliseconds(50));
+        pause->async_wait([weak, listener, pause](boost::system::error_code tec) {
+          if (!tec) drain(weak, listener);
         });
         return;
       }
-      drain(weak);
+      drain(weak, listener);
     });
   }
 
@@ -93,17 +116,19 @@ struct ReachProbe::State {
               auto s = weak.lock();
               if (!s || s->answered) return;
               if (ec) return s->answer(false, fmt::format("cannot resolve {}: {}", s->probe.master_addr, ec.message()));
-              asio::async_connect(s->socket, found, [weak](boost::system::error_code cec, const tcp::endpoint&) {
-                auto s2 = weak.lock();
-                if (!s2 || s2->answered) return;
-                s2->answer(!cec, cec ? cec.message() : "");
-              });
+              connect_from(s->socket, found, s->place.source,
+                           [weak](boost::system::error_code cec, const tcp::endpoint&) {
+                             auto s2 = weak.lock();
+                             if (!s2 || s2->answered) return;
+                             s2->answer(!cec, cec ? cec.message() : "");
+                           });
             });
   }
 };
 
-ReachProbe::ReachProbe(asio::io_context& io, const Probe& probe, std::function<void(const ProbeResult&)> done)
-    : state_(std::make_shared<State>(io, probe, std::move(done))) {
+ReachProbe::ReachProbe(asio::io_context& io, const Probe& probe, Place place,
+                       std::function<void(const ProbeResult&)> done)
+    : state_(std::make_shared<State>(io, probe, std::move(place), std::move(done))) {
   state_->self = state_;
   if (probe.listen)
     state_->listen();
@@ -118,7 +143,7 @@ ReachProbe::~ReachProbe() {
   state_->timer.cancel();
   state_->resolver.cancel();
   state_->socket.close(ignored);
-  if (state_->listener) state_->listener->close(ignored);
+  for (auto& l : state_->listeners) l->close(ignored);
 }
 
 }  // namespace sgpu::rendezvous

@@ -15,11 +15,8 @@ namespace {
 // accept() failing for want of descriptors or memory would fail again at once
 // (the peer stays queued): wait this long before the next try.
 constexpr auto kAcceptPause = std::chrono::milliseconds(200);
+constexpr int kAcceptBatch = 512;
 
-bool out_of_resources(const boost::system::error_code& ec) {
-  return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space || ec == asio::error::no_memory ||
-         ec.value() == ENFILE;
-}
 }  // namespace
 
 RendezvousServer::Impl::Impl(asio::io_context& io_, const Endpoint& bind, Secret s, ServerOptions o, ServerHandler& h)
@@ -34,19 +31,38 @@ RendezvousServer::Impl::Impl(asio::io_context& io_, const Endpoint& bind, Secret
   bound_port = listen_on(acceptor, bind);
 }
 
+// Each time the listen queue has peers, up to kAcceptBatch of them are
+// taken at once, before the loop turns to anything else: one accept per
+// turn of the loop, behind every other peer's frames, let 16384 agents
+// arriving together overflow the queue (net.core.somaxconn, 4096), and the
+// kernel's dropped connections came back only after a second or more.
 void RendezvousServer::Impl::accept() {
-  acceptor.async_accept([this, g = guard()](boost::system::error_code ec, tcp::socket socket) {
+  acceptor.async_wait(tcp::acceptor::wait_read, [this, g = guard()](boost::system::error_code ec) {
     if (g.expired() || phase == Phase::Stopped || phase == Phase::Finishing) return;
     if (ec == asio::error::operation_aborted) return;
-    if (out_of_resources(ec)) {
+    if (!ec && !acceptor.non_blocking()) acceptor.non_blocking(true, ec);
+    for (int taken = 0; !ec && taken < kAcceptBatch; ++taken) {
+      tcp::socket socket(io);
+      acceptor.accept(socket, ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        ec = {};
+        break;
+      }
+      if (ec == asio::error::connection_aborted) {  // gone before it was taken: the next one
+        ec = {};
+        continue;
+      }
+      if (ec) break;
+      accept_paused_said = false;
+      on_accept(std::move(socket));
+      if (phase == Phase::Stopped || phase == Phase::Finishing || !acceptor.is_open()) return;
+      if (unauthenticated >= admission_limit()) return hold_accepting();
+    }
+    if (!acceptor.is_open()) return;
+    if (ec) {  // out of descriptors or memory, or the unforeseen: a pause, never a spin
       pause_accepting(ec);
       return;
     }
-    if (!ec) {
-      accept_paused_said = false;
-      on_accept(std::move(socket));
-    }
-    if (unauthenticated >= admission_limit()) return hold_accepting();
     accept();
   });
 }

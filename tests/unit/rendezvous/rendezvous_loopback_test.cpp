@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -122,7 +123,8 @@ struct Fixture {
     server->start();
   }
 
-  Agent& add(std::string name, int requested, std::uint32_t ranks, const Secret& s, std::uint32_t nnodes = 0) {
+  Agent& add(std::string name, int requested, std::uint32_t ranks, const Secret& s, std::uint32_t nnodes = 0,
+             std::string source = "") {
     auto a = std::make_unique<Agent>();
     a->name = std::move(name);
     a->requested = requested;
@@ -131,6 +133,7 @@ struct Fixture {
     ClientOptions o;
     o.endpoint = Endpoint{"127.0.0.1", server->port()};
     o.join_timeout = 5s;
+    o.source_address = std::move(source);
     auto c = std::make_unique<RendezvousClient>(io, o, s, *a);
     a->client = c.get();
     c->start();
@@ -187,6 +190,29 @@ TEST_CASE("rendezvous: three agents join, start together, report and finish") {
     if (const auto* e = std::get_if<RankExited>(&m)) exited.push_back(e->rank);
   std::sort(exited.begin(), exited.end());
   CHECK(exited == std::vector<std::uint32_t>{0, 2, 6});
+}
+
+TEST_CASE("rendezvous: agents leave from their own source addresses, for the rendezvous and the check") {
+  Fixture f;
+  ServerOptions o;
+  o.nnodes = 3;
+  o.heartbeat_timeout = 2s;
+  f.serve(o);
+  f.add("a", 0, 1, f.secret, 3, "127.0.0.2");
+  f.add("b", 1, 1, f.secret, 3, "127.0.0.3");
+  f.add("c", 2, 1, f.secret, 3, "127.0.0.4");
+  f.run();
+
+  CHECK(f.launcher.failure.empty());
+  REQUIRE(f.launcher.nodes.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(f.launcher.nodes[i].peer_address == fmt::format("127.0.0.{}", i + 2));
+    REQUIRE(f.agents[i]->finish);
+  }
+  // The others reached node 0's MASTER_PORT, by loopback.
+  CHECK(f.launcher.nodes[1].socket_interface == "lo");
+  CHECK(f.launcher.nodes[2].socket_interface == "lo");
 }
 
 TEST_CASE("rendezvous: a job description far larger than a hello frame reaches every agent") {

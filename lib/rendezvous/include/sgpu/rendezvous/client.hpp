@@ -22,6 +22,9 @@ struct ClientOptions {
   Endpoint endpoint;
   std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};   // to reach the launcher
   std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};  // for its hello, once connected
+  // The address the client's connections (the rendezvous's, the
+  // reachability check's) leave from; "": the kernel's choice.
+  std::string source_address{};
 };
 
 class ClientHandler {
