@@ -145,16 +145,26 @@ void RunLog::keep_last_attempt() {
   if (attempt_ > 0) archive(attempt_, true);
 }
 
-// Every rank keeps both logs, empty or not: the first empty one is made, the
-// others are hard links to it (eight ranks of /bin/true: one inode, not 16).
+// Every rank of this node keeps both logs, empty or not: the first empty one
+// is made, the others are hard links to it (eight ranks of /bin/true: one
+// inode, not 16). A rank of another node that sent nothing has no directory
+// here, and gets none: its node keeps its files, and 16384 empty directories
+// made at the end cost the launcher seconds before it could exit.
 void RunLog::create_empty_logs() {
   const AppendFile* empty = nullptr;
-  for (auto& f : logs_) {
+  for (std::size_t i = 0; i < logs_.size(); ++i) {
+    auto& f = logs_[i];
     if (!f.is_deferred()) continue;
     if (empty != nullptr && f.create_as_link_to(empty->path())) continue;
+    if (!runs_here(static_cast<int>(i / 2)) && !fs::exists(fs::path(f.path()).parent_path())) continue;
     f.create();
     if (f.error().empty() && !f.is_deferred()) empty = &f;
   }
+}
+
+bool RunLog::runs_here(int rank) const {
+  const auto& h = host_of(rank);
+  return h.empty() || h == host_;
 }
 
 void RunLog::archive(int attempt, bool link) {

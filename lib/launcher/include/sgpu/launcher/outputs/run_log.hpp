@@ -71,6 +71,7 @@ class RunLog : public JobObserver {
 
  private:
   const std::string& host_of(int rank) const;
+  bool runs_here(int rank) const;  // on this node (no host, or this host)
 
   // The logs nothing was written to, as links to one empty file.
   void create_empty_logs();
