@@ -141,7 +141,7 @@ class Engine final : public JobHost {
     control_dir_ = plan.run_dir;
     open_control();
     key_lock_.reset();
-    job_plan_ = plan;
+    if (tracker_) job_plan_ = plan;  // MLflow's end reads it; a copy of every rank's environment otherwise unused
     track_outputs(plan);
     return outputs_->observer();
   }

