@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -167,6 +168,26 @@ TEST_CASE("rendezvous::auth") {
   CHECK_FALSE(proof_matches(server_proof(secret, c, s), client_proof(secret, s, c)));
   CHECK_FALSE(proof_matches(server_proof(secret, c, s), server_proof(secret, s, c)));
   CHECK_FALSE(proof_matches(server_proof(secret, c, s), server_proof(Secret::generate(), c, s)));
+
+  // Known answers (Python's hmac module), also after another secret was used
+  // between two uses of this one: the keyed context follows the secret.
+  auto known = Secret::from_text("0123456789abcdef0123456789abcdef", "test");
+  Nonce first{};
+  Nonce second{};
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    first[i] = static_cast<unsigned char>(i);
+    second[i] = static_cast<unsigned char>(32 + i);
+  }
+  const std::string expected = "27229bc36f1bdd14c4e766b15b22f2554f7dd6d4db82b3ec4ab9e19387fbd0e4";
+  auto hex = [](const Proof& p) {
+    std::string out;
+    for (unsigned char b : p) out += fmt::format("{:02x}", b);
+    return out;
+  };
+  CHECK(hex(server_proof(known, first, second)) == expected);
+  CHECK(derive_hex(known, "label-x") == "e7967e3695140eaf17c505e175c74f2dde488628ba8034e3a878751d1e1f4809");
+  CHECK_FALSE(hex(server_proof(secret, first, second)) == expected);
+  CHECK(hex(server_proof(known, first, second)) == expected);
 
   CHECK(Secret::from_text("  " + secret.text() + "\n", "test").text() == secret.text());
   CHECK_THROWS_WITH_AS(Secret::from_text("short", "SGPU_RDZV_SECRET"),
