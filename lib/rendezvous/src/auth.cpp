@@ -9,9 +9,9 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/core_names.h>
 #include <openssl/params.h>
 #include <openssl/rand.h>
 
