@@ -1,7 +1,12 @@
 """Peers that do not belong to the run: refused and logged by the launcher,
 nothing they send acted on, and the run goes on unharmed."""
+import os
+import re
+import shlex
+import shutil
 import socket
 import struct
+import subprocess
 import threading
 import time
 
@@ -165,3 +170,39 @@ def test_an_agent_refuses_a_launcher_that_does_not_know_the_secret(sgpu, tmp_pat
     server.close()
     assert a.returncode == 2
     assert "does not know this run's secret" in err
+
+
+def test_nodes_dropped_by_a_full_listen_queue_are_said_in_one_line_with_the_limit(sgpu, tmp_path):
+    """200 simulated agents join at once through a listen queue of 8 (net.core.somaxconn, set in a network
+    namespace of the test's own): the kernel drops some connections, their agents retry a second later and the
+    run still completes, and the launcher says how many were dropped, the limit and its value."""
+    from conftest import ROOT
+    sim = ROOT / "build" / "bench" / "rdzv_scale" / "sgpu_rdzv_sim"
+    if not os.access(sim, os.X_OK) or shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root, unshare and the simulator (scripts/build release builds it)")
+    secret = make_secret_file(tmp_path / "secret")
+    err = tmp_path / "launcher.err"
+    counters = tmp_path / "overflows"
+    script = f"""
+set -e
+ip link set lo up
+echo 8 > /proc/sys/net/core/somaxconn  # this namespace's own
+{shlex.quote(sgpu.bin)} launch --nnodes 201 --node-rank 0 --rdzv-endpoint 127.0.0.1:29555 \\
+    --rdzv-secret-file {shlex.quote(str(secret))} --nproc 1 --no-python true 2>{shlex.quote(str(err))} &
+launcher=$!
+SGPU_RDZV_SECRET=$(cat {shlex.quote(str(secret))}) {shlex.quote(str(sim))} 127.0.0.1:29555 200 1
+wait $launcher
+awk '$1 == "TcpExt:" {{ if (!n) {{ for (i = 1; i <= NF; i++) if ($i == "ListenOverflows") c = i; n = 1 }} \\
+     else print $c }}' /proc/net/netstat > {shlex.quote(str(counters))}
+"""
+    res = subprocess.run(["unshare", "-n", "bash", "-c", script], env=sgpu.env, capture_output=True, text=True,
+                         timeout=120)
+    said = err.read_text()
+    assert res.returncode == 0, (res.stdout, res.stderr, said)
+    dropped = int(counters.read_text().split()[0])  # this namespace's own count: the run's alone
+    assert dropped > 0, "the queue of 8 never filled: the test proves nothing"
+    line = next((ln for ln in said.splitlines() if "for a full listen queue" in ln), None)
+    assert line is not None, said
+    assert line.startswith("sgpu: ") and "while the 201 nodes joined (net.core.somaxconn = 8;" in line, line
+    assert "sysctl -w net.core.somaxconn=201" in line, line
+    assert int(re.search(r"(\d+) connections were dropped", line).group(1)) <= dropped, line

@@ -9,9 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -201,6 +203,48 @@ std::string route_interface(const std::string& address) {
   }
   ::freeifaddrs(list);
   return name;
+}
+
+std::optional<std::uint64_t> listen_overflows_in(std::string_view netstat) {
+  // Pairs of lines: "TcpExt: Name Name ...", then "TcpExt: value value ...".
+  auto next_line = [&netstat]() {
+    auto end = netstat.find('\n');
+    auto line = netstat.substr(0, end);
+    netstat.remove_prefix(end == std::string_view::npos ? netstat.size() : end + 1);
+    return line;
+  };
+  auto words = [](std::string_view line) {
+    std::vector<std::string_view> out;
+    while (!line.empty()) {
+      auto start = line.find_first_not_of(' ');
+      if (start == std::string_view::npos) break;
+      line.remove_prefix(start);
+      auto end = line.find(' ');
+      out.push_back(line.substr(0, end));
+      line.remove_prefix(end == std::string_view::npos ? line.size() : end);
+    }
+    return out;
+  };
+  while (!netstat.empty()) {
+    auto names = words(next_line());
+    auto values = words(next_line());
+    if (names.empty() || names[0] != "TcpExt:" || values.size() != names.size()) continue;
+    for (std::size_t i = 1; i < names.size(); ++i) {
+      if (names[i] != "ListenOverflows") continue;
+      std::uint64_t v = 0;
+      auto [end, ec] = std::from_chars(values[i].data(), values[i].data() + values[i].size(), v);
+      if (ec != std::errc() || end != values[i].data() + values[i].size()) return std::nullopt;
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> listen_overflows() {
+  std::ifstream in("/proc/net/netstat");
+  if (!in) return std::nullopt;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return listen_overflows_in(text);
 }
 
 }  // namespace sgpu::rendezvous

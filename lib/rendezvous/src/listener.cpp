@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <cstdio>
+#include <limits>
 
 #include <fmt/format.h>
 #include <boost/asio/detail/socket_option.hpp>
@@ -28,7 +29,9 @@ void listen_at(tcp::acceptor& acceptor, tcp::endpoint ep, bool everywhere, boost
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec && share) acceptor.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
   if (!ec) acceptor.bind(ep, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  // The kernel caps the queue at net.core.somaxconn: asking for the most an
+  // int holds makes a raised sysctl count (asio's SOMAXCONN stops at 4096).
+  if (!ec) acceptor.listen(std::numeric_limits<int>::max(), ec);
 }
 }  // namespace
 

@@ -3,9 +3,11 @@
 #include <unistd.h>
 #include <algorithm>
 
+#include "listener.hpp"
 #include "server_impl.hpp"
 #include "sgpu/env/error.hpp"
 #include "sgpu/rendezvous/assignment.hpp"
+#include "sgpu/rendezvous/host_info.hpp"
 
 namespace sgpu::rendezvous {
 
@@ -14,6 +16,8 @@ constexpr auto kLinger = std::chrono::seconds(2);
 }  // namespace
 
 void RendezvousServer::Impl::start() {
+  queue_limit = listen_queue_limit();
+  if (options.nnodes > queue_limit) overflows_at_start = listen_overflows();
   accept();
   join_timer.expires_after(options.join_timeout);
   join_timer.async_wait([this, g = guard()](boost::system::error_code ec) {
@@ -145,7 +149,22 @@ void RendezvousServer::Impl::on_join(Peer& p, Message&& m) {
   if (joined.size() == options.nnodes) assign();
 }
 
+// Nodes arriving faster than the launcher takes them fill the listen queue,
+// and the kernel drops the rest without a word: each waits a second or more
+// for its SYN to be sent again. Said in one line, with the limit and its value.
+void RendezvousServer::Impl::say_dropped_joins() {
+  if (!overflows_at_start) return;
+  auto now = listen_overflows();
+  if (!now || *now <= *overflows_at_start) return;
+  handler.on_notice(fmt::format(
+      "{} connections were dropped on this machine for a full listen queue while the {} nodes joined "
+      "(net.core.somaxconn = {}; TcpExt ListenOverflows counts every program's): each of those nodes waited a "
+      "second or more to try again; sysctl -w net.core.somaxconn={} lets a queue hold them all",
+      *now - *overflows_at_start, options.nnodes, queue_limit, options.nnodes));
+}
+
 void RendezvousServer::Impl::assign() {
+  say_dropped_joins();
   auto ranks = assign_node_ranks(joins(), options.nnodes);
   nodes.assign(options.nnodes, nullptr);
   for (std::size_t i = 0; i < joined.size(); ++i) {

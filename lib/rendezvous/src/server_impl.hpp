@@ -68,7 +68,12 @@ struct RendezvousServer::Impl {
   bool accept_paused_said = false;  // once per stretch of failed accepts
   bool accept_held = false;         // admission_limit() peers wait to authenticate: no accept until one less
   bool accept_held_said = false;    // once per run
-  RefusalLog refusals;              // peers refused before they authenticated
+  // More nodes than one listen queue holds: this machine's count of
+  // connections dropped for a full queue when the rendezvous began (said
+  // once every node joined, if it grew).
+  std::optional<std::uint64_t> overflows_at_start;
+  std::uint32_t queue_limit = 0;
+  RefusalLog refusals;                                    // peers refused before they authenticated
   std::shared_ptr<int> token = std::make_shared<int>(0);  // handlers check it is still alive
   std::unordered_map<std::uint64_t, std::unique_ptr<Peer>> peers;
   std::vector<Peer*> joined;   // arrival order, until assignment
@@ -114,6 +119,7 @@ struct RendezvousServer::Impl {
   void on_frame(std::uint64_t id, std::uint8_t raw_type, std::string_view payload);
   void on_join(Peer& p, Message&& m);
   void assign();
+  void say_dropped_joins();
   void on_preparing(Peer& p, Message&& m);
   NodeInfo info(const Peer& n) const;
   std::vector<NodeInfo> node_infos() const;  // by node rank

@@ -1,7 +1,9 @@
 #include <unistd.h>
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,8 @@
 #include "sgpu/rendezvous/host_info.hpp"
 
 using sgpu::rendezvous::hostname_address;
+using sgpu::rendezvous::listen_overflows;
+using sgpu::rendezvous::listen_overflows_in;
 using sgpu::rendezvous::local_interfaces;
 using sgpu::rendezvous::NetInterface;
 using sgpu::rendezvous::rdma_devices;
@@ -57,4 +61,27 @@ TEST_CASE("rendezvous::hostname_address") {
   auto local = hostname_address("localhost");
   CHECK((local.rfind("127.", 0) == 0 || local == "::1"));
   CHECK(hostname_address("no-such-host.invalid").empty());
+}
+
+TEST_CASE("rendezvous::listen_overflows_in reads TcpExt ListenOverflows from /proc/net/netstat's text") {
+  struct Case {
+    std::string text;
+    std::optional<std::uint64_t> expected;
+  };
+  const std::vector<Case> cases = {
+      {"TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 12985 12985\n"
+       "IpExt: InNoRoutes InTruncatedPkts\nIpExt: 0 0\n",
+       12985},
+      // IpExt first, no trailing newline.
+      {"IpExt: InNoRoutes\nIpExt: 3\nTcpExt: ListenOverflows\nTcpExt: 7", 7},
+      {"TcpExt: SyncookiesSent ListenDrops\nTcpExt: 0 1\n", std::nullopt},  // no such counter
+      {"TcpExt: ListenOverflows ListenDrops\nTcpExt: 5\n", std::nullopt},   // the lines disagree
+      {"TcpExt: ListenOverflows\nTcpExt: many\n", std::nullopt},            // not a number
+      {"", std::nullopt},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.text);
+    CHECK(listen_overflows_in(c.text) == c.expected);
+  }
+  CHECK(listen_overflows().has_value());  // this kernel's file says
 }

@@ -1,7 +1,10 @@
 #pragma once
 // What an agent says about its node when it joins: its name and the addresses
 // other nodes might reach it by.
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sgpu/rendezvous/protocol.hpp"
@@ -30,5 +33,11 @@ std::string hostname_address(const std::string& hostname);
 // through: the one a connection to it leaves by. "" when there is no route
 // or the address is not numeric. Sends nothing (a UDP socket's connect).
 std::string route_interface(const std::string& address);
+
+// How many connections this machine's kernel dropped because a listen queue
+// was full (TcpExt ListenOverflows), from /proc/net/netstat's text (pure) or
+// the file; nullopt when it does not say.
+std::optional<std::uint64_t> listen_overflows_in(std::string_view netstat);
+std::optional<std::uint64_t> listen_overflows();
 
 }  // namespace sgpu::rendezvous
