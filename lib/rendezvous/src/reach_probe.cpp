@@ -57,7 +57,7 @@ struct ReachProbe::State {
   // arrivals out among them), and each is drained as it fills.
   void listen() {
     boost::system::error_code ec;
-    auto queue = std::max<std::uint32_t>(listen_queue_limit(), 128);
+    auto queue = listen_queue_limit();  // never 0
     auto count = std::clamp<std::uint32_t>((place.peers + queue - 1) / queue, 1, 64);
     for (std::uint32_t i = 0; i < count && !ec; ++i) {
       listeners.push_back(std::make_unique<tcp::acceptor>(io));

@@ -55,7 +55,7 @@ void RendezvousServer::Impl::accept() {
       if (ec) break;
       accept_paused_said = false;
       on_accept(std::move(socket));
-      if (phase == Phase::Stopped || phase == Phase::Finishing || !acceptor.is_open()) return;
+      if (g.expired() || phase == Phase::Stopped || phase == Phase::Finishing || !acceptor.is_open()) return;
       if (unauthenticated >= admission_limit()) return hold_accepting();
     }
     if (!acceptor.is_open()) return;
