@@ -117,6 +117,10 @@ Report run_agents(const Endpoint& endpoint, const Secret& secret, int first, int
     ClientOptions o;
     o.endpoint = endpoint;
     o.join_timeout = std::chrono::seconds(60);
+    // A connection the kernel dropped for a full listen queue completes only
+    // when the launcher's SYN-ACK is sent again (1, 2, 4, 8 s): the hello
+    // may take that long, and an agent that gave up would never join.
+    o.hello_timeout = std::chrono::seconds(60);
     // Each agent from its own loopback address, as each real agent is on a
     // host of its own: from one address, the kernel's search for a free
     // ephemeral port grew with every connection held (a sixth of the

@@ -58,7 +58,8 @@ struct ReachProbe::State {
   void listen() {
     boost::system::error_code ec;
     auto queue = listen_queue_limit();  // never 0
-    auto count = std::clamp<std::uint32_t>((place.peers + queue - 1) / queue, 1, 64);
+    // Twice what they need: SO_REUSEPORT shares arrivals out by a hash, not evenly.
+    auto count = std::clamp<std::uint32_t>((2 * place.peers + queue - 1) / queue, 1, 64);
     for (std::uint32_t i = 0; i < count && !ec; ++i) {
       listeners.push_back(std::make_unique<tcp::acceptor>(io));
       listen_everywhere(*listeners.back(), static_cast<unsigned short>(probe.master_port), ec, count > 1);
