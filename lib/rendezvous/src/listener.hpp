@@ -31,6 +31,28 @@ void listen_everywhere(boost::asio::ip::tcp::acceptor& acceptor, unsigned short 
 // the kernel's default since 5.4, when it cannot be read).
 std::uint32_t listen_queue_limit();
 
+// Takes the connections waiting in `acceptor`'s queue, without waiting, up
+// to `most`, handing each to `take` (which returns false to stop). The error
+// that stopped it (out of descriptors, a closed acceptor); none when the
+// queue emptied, `most` were taken or `take` said stop. A peer gone before
+// it was taken is skipped.
+template <typename Take>
+boost::system::error_code accept_waiting(boost::asio::ip::tcp::acceptor& acceptor, int most, Take&& take) {
+  boost::system::error_code ec;
+  if (!acceptor.non_blocking()) acceptor.non_blocking(true, ec);
+  for (int taken = 0; !ec && taken < most; ++taken) {
+    boost::asio::ip::tcp::socket socket(acceptor.get_executor());
+    acceptor.accept(socket, ec);
+    if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) return {};
+    if (ec == boost::asio::error::connection_aborted) {
+      ec = {};
+      continue;
+    }
+    if (!ec && !take(std::move(socket))) return {};
+  }
+  return ec;
+}
+
 // resolver.async_resolve(host, port, done), except that an address (the
 // usual MASTER_ADDR and rendezvous endpoint) skips the resolver's helper
 // thread: 16384 agents' hand-offs to it were a tenth of their CPU time.

@@ -77,19 +77,13 @@ struct ReachProbe::State {
     listener->async_wait(tcp::acceptor::wait_read, [weak, listener](boost::system::error_code ec) {
       auto s2 = weak.lock();
       if (!s2 || !listener->is_open() || ec == asio::error::operation_aborted) return;
-      if (!ec && !listener->non_blocking()) listener->non_blocking(true, ec);
       constexpr int kBatch = 512;
-      for (int taken = 0; !ec && taken < kBatch; ++taken) {
-        tcp::socket peer(s2->io);
-        listener->accept(peer, ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) {
-          ec = {};
-          break;
-        }
-        if (ec == asio::error::connection_aborted) ec = {};
-        boost::system::error_code ignored;
-        peer.close(ignored);
-      }
+      if (!ec)
+        ec = accept_waiting(*listener, kBatch, [](tcp::socket peer) {
+          boost::system::error_code ignored;
+          peer.close(ignored);
+          return true;
+        });
       if (ec) {  // out of descriptors: the peers wait in the queue, connected; try again shortly
         auto pause = std::make_shared<asio::steady_timer>(s2->io, std::chrono::milliseconds(50));
         pause->async_wait([weak, listener, pause](boost::system::error_code tec) {

@@ -12,8 +12,8 @@
 namespace sgpu::rendezvous {
 
 namespace {
-// accept() failing for want of descriptors or memory would fail again at once
-// (the peer stays queued): wait this long before the next try.
+// accept() failing (for want of descriptors or memory, or anything else)
+// would fail again at once (the peer stays queued): wait this long first.
 constexpr auto kAcceptPause = std::chrono::milliseconds(200);
 constexpr int kAcceptBatch = 512;
 
@@ -40,25 +40,17 @@ void RendezvousServer::Impl::accept() {
   acceptor.async_wait(tcp::acceptor::wait_read, [this, g = guard()](boost::system::error_code ec) {
     if (g.expired() || phase == Phase::Stopped || phase == Phase::Finishing) return;
     if (ec == asio::error::operation_aborted) return;
-    if (!ec && !acceptor.non_blocking()) acceptor.non_blocking(true, ec);
-    for (int taken = 0; !ec && taken < kAcceptBatch; ++taken) {
-      tcp::socket socket(io);
-      acceptor.accept(socket, ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) {
-        ec = {};
-        break;
-      }
-      if (ec == asio::error::connection_aborted) {  // gone before it was taken: the next one
-        ec = {};
-        continue;
-      }
-      if (ec) break;
-      accept_paused_said = false;
-      on_accept(std::move(socket));
-      if (g.expired() || phase == Phase::Stopped || phase == Phase::Finishing || !acceptor.is_open()) return;
-      if (unauthenticated >= admission_limit()) return hold_accepting();
-    }
-    if (!acceptor.is_open()) return;
+    bool full = false;
+    if (!ec)
+      ec = accept_waiting(acceptor, kAcceptBatch, [&](tcp::socket socket) {
+        accept_paused_said = false;
+        on_accept(std::move(socket));
+        if (g.expired() || phase == Phase::Stopped || phase == Phase::Finishing) return false;
+        full = unauthenticated >= admission_limit();
+        return !full;
+      });
+    if (g.expired() || phase == Phase::Stopped || phase == Phase::Finishing || !acceptor.is_open()) return;
+    if (full) return hold_accepting();
     if (ec) {  // out of descriptors or memory, or the unforeseen: a pause, never a spin
       pause_accepting(ec);
       return;
