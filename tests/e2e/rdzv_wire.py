@@ -7,7 +7,7 @@ import socket
 import struct
 
 MAGIC = b"SGPURDZV"
-VERSION = 8  # lib/rendezvous/protocol.hpp kProtocolVersion
+VERSION = 9  # lib/rendezvous/protocol.hpp kProtocolVersion
 CLIENT_HELLO, SERVER_HELLO, AUTH, REJECT, WELCOME = 1, 2, 3, 4, 5
 JOIN, ASSIGN, READY, START, ABORT, HEARTBEAT = 6, 7, 8, 9, 10, 11
 PROBE, PROBE_RESULT = 13, 14

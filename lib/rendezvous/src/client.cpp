@@ -242,6 +242,11 @@ struct RendezvousClient::Impl {
           handler.on_start(*start);
           return;
         }
+        if (std::holds_alternative<Restart>(m)) {  // a spare in a lost node's place: its first start
+          state = State::Running;
+          handler.on_message(std::move(m));
+          return;
+        }
         if (std::holds_alternative<Finish>(m)) {  // the launcher needed only the preparation (--preflight-only)
           handler.on_message(std::move(m));
           return;

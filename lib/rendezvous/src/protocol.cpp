@@ -145,6 +145,8 @@ void put(WireWriter& w, const Assign& m) {
   w.u32(m.nnodes);
   w.u32(m.rank_base);
   w.u32(m.world_size);
+  w.u8(m.spare ? 1 : 0);
+  w.u32(m.attempt);
 }
 void put(WireWriter& w, const Ready& m) {
   w.u32(m.master_port);
@@ -311,6 +313,8 @@ Message get(MessageType type, WireReader& r) {
       m.nnodes = r.u32();
       m.rank_base = r.u32();
       m.world_size = r.u32();
+      m.spare = r.u8() != 0;
+      m.attempt = r.u32();
       return m;
     }
     case MessageType::Ready: {

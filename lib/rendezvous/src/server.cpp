@@ -60,6 +60,7 @@ void RendezvousServer::Impl::lost(Peer& p, const std::string& why) {
       return;
     case State::Assigned:
     case State::Ready: {
+      if (p.replacement) return replacement_failed(p, why);
       auto message =
           fmt::format("node {} (node rank {}) was lost during the rendezvous: {}", p.label(), p.node_rank, why);
       fail(message, 1);
@@ -107,6 +108,7 @@ void RendezvousServer::Impl::on_frame(std::uint64_t id, std::uint8_t raw_type, s
     case State::Joined:
     case State::Assigned:
     case State::Ready:
+      if (p.replacement) return on_replacement_preparing(p, std::move(message));
       return on_preparing(p, std::move(message));
     case State::Running:
     case State::Done:
@@ -125,6 +127,7 @@ void RendezvousServer::Impl::on_join(Peer& p, Message&& m) {
     unexpected(m, "before the join");
   }
   if (join->name.empty()) join->name = join->hostname.empty() ? p.socket->peer_address() : join->hostname;
+  if (phase == Phase::Running) return on_rejoin(p, std::move(*join));
   claimed.resize(options.nnodes, nullptr);
   const Join* holder = nullptr;
   if (join->node_rank >= 0 && static_cast<std::uint32_t>(join->node_rank) < options.nnodes)
@@ -178,7 +181,7 @@ void RendezvousServer::Impl::assign() {
   std::vector<std::uint32_t> local;
   for (const auto* n : nodes) local.push_back(n->join.local_ranks);
   auto bases = rank_bases(local);
-  auto world = bases.back() + local.back();
+  world = bases.back() + local.back();
   phase = Phase::Preparing;
   for (auto* n : nodes) {
     n->state = State::Assigned;
@@ -335,8 +338,10 @@ std::vector<Join> RendezvousServer::Impl::joins() const {
 void RendezvousServer::Impl::start_all(const std::vector<NodeInfo>& infos) {
   phase = Phase::Running;
   boost::system::error_code ignored;
-  acceptor.close(ignored);  // the run has its nodes: later peers are turned away by the kernel
-  accept_pause.cancel();
+  if (!options.readmit) {
+    acceptor.close(ignored);  // the run has its nodes: later peers are turned away by the kernel
+    accept_pause.cancel();
+  }
   join_timer.cancel();
   say_unsaid_refusals();
   for (auto* n : nodes) {
@@ -345,6 +350,63 @@ void RendezvousServer::Impl::start_all(const std::vector<NodeInfo>& infos) {
     n->preflight.clear();
   }
   handler.on_started(infos, *start_msg);
+}
+
+// --spares: an agent started on a spare host, asking for a lost node's rank
+// (readmit), takes its place with its rank base; anyone else is turned away.
+void RendezvousServer::Impl::on_rejoin(Peer& p, Join&& join) {
+  auto slot = join.node_rank < 0 ? readmitting.end() : readmitting.find(static_cast<std::uint32_t>(join.node_rank));
+  if (slot == readmitting.end()) {
+    handler.on_notice(fmt::format("refused node {} ({}): the run has all its nodes and none is to be replaced",
+                                  join.name, p.socket->peer()));
+    refuse_quietly(p, "the run has all its nodes and none is to be replaced");
+    return;
+  }
+  auto node_rank = slot->first;
+  auto attempt = slot->second;
+  auto* old = nodes[node_rank];
+  if (join.local_ranks != old->join.local_ranks) {
+    auto why = fmt::format("it would run {} rank{}, and node {}'s place needs {}", join.local_ranks,
+                           join.local_ranks == 1 ? "" : "s", node_rank, old->join.local_ranks);
+    refuse_quietly(p, why);
+    readmitting.erase(slot);
+    handler.on_replacement_failed(node_rank, fmt::format("{} cannot take its place: {}", join.name, why));
+    return;
+  }
+  readmitting.erase(slot);
+  p.join = std::move(join);
+  p.node_rank = node_rank;
+  p.rank_base = old->rank_base;
+  p.state = State::Assigned;
+  p.replacement = true;
+  nodes[node_rank] = &p;
+  erase(*old);  // the lost agent's connection, if it was still open, ends here
+  p.socket->send(Assign{node_rank, options.nnodes, p.rank_base, world, true, attempt});
+}
+
+void RendezvousServer::Impl::on_replacement_preparing(Peer& p, Message&& m) {
+  if (std::holds_alternative<Heartbeat>(m)) return;
+  if (const auto* abort = std::get_if<Abort>(&m)) return replacement_failed(p, abort->message);
+  auto* r = std::get_if<Ready>(&m);
+  if (r == nullptr || p.state != State::Assigned) unexpected(m, "while taking a lost node's place");
+  p.master_port = r->master_port;
+  p.state = State::Ready;
+  std::optional<Start> start;
+  if (p.node_rank == 0) {
+    if (r->master_port == 0 || r->master_port > 65535)
+      throw ProtocolError(fmt::format("node 0 reported MASTER_PORT {}", r->master_port));
+    start = start_message();
+    start_msg = start;
+  }
+  handler.on_node_replaced(info(p), start);
+}
+
+void RendezvousServer::Impl::replacement_failed(Peer& p, const std::string& why) {
+  p.liveness.cancel();
+  p.socket->close();
+  p.state = State::Done;
+  p.lost_said = true;
+  handler.on_replacement_failed(p.node_rank, why);
 }
 
 void RendezvousServer::Impl::on_running(Peer& p, Message&& m) {
@@ -442,11 +504,31 @@ void RendezvousServer::broadcast(const Message& message) {
 }
 
 void RendezvousServer::restart(const Restart& restart) {
-  for (auto* n : impl_->nodes) {
-    if (n == nullptr || n->state != Impl::State::Done || n->lost_said) continue;
-    n->state = Impl::State::Running;
-    n->socket->send(restart);
+  for (std::uint32_t k = 0; k < impl_->nodes.size(); ++k) {
+    auto* n = impl_->nodes[k];
+    if (n == nullptr || n->lost_said) continue;
+    if (n->state == Impl::State::Done) {
+      n->state = Impl::State::Running;
+      n->socket->send(restart);
+    } else {
+      start_spare(k, restart);  // readmitted and ready: its first start
+    }
   }
+}
+
+void RendezvousServer::start_spare(std::uint32_t node_rank, const Restart& attempt) {
+  auto& s = *impl_;
+  if (node_rank >= s.nodes.size()) return;
+  auto* n = s.nodes[node_rank];
+  if (n == nullptr || !n->replacement || n->state != Impl::State::Ready || n->lost_said) return;
+  n->state = Impl::State::Running;
+  n->socket->send(attempt);
+}
+
+void RendezvousServer::readmit(std::uint32_t node_rank, std::uint32_t attempt) {
+  auto& s = *impl_;
+  if (!s.options.readmit || node_rank >= s.nodes.size() || s.phase != Impl::Phase::Running) return;
+  s.readmitting[node_rank] = attempt;
 }
 
 void RendezvousServer::finish(const Finish& finish) {

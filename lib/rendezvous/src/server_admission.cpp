@@ -217,7 +217,8 @@ void RendezvousServer::Impl::on_auth(Peer& p, const Message& m) {
     refuse(p, "it does not know the run's secret", "authentication failed: this agent does not have the run's secret");
     return;
   }
-  if (phase != Phase::Joining) {
+  // During the run only a spare is let in, while a lost node's place is open (readmit).
+  if (phase != Phase::Joining && !(phase == Phase::Running && !readmitting.empty())) {
     refuse(p, "the rendezvous is already complete",
            "the rendezvous is already complete: every node of this run has joined");
     return;

@@ -48,6 +48,7 @@ struct RendezvousServer::Impl {
     std::string preflight;             // Ready's report
     std::optional<ProbeResult> probe;  // its answer to the reachability check
     bool lost_said = false;            // on_node_lost was called for it
+    bool replacement = false;          // readmitted in a lost node's place, during the run
     SteadyClock::time_point accepted;
     asio::steady_timer liveness;
     explicit Peer(asio::io_context& io) : liveness(io) {}
@@ -84,6 +85,8 @@ struct RendezvousServer::Impl {
   std::size_t ready = 0;
   std::size_t probed = 0;          // nodes other than 0 that answered their Probe
   std::optional<Start> start_msg;  // MASTER_ADDR and MASTER_PORT, once every node is ready
+  std::uint32_t world = 0;         // every node's ranks, once assigned
+  std::unordered_map<std::uint32_t, std::uint32_t> readmitting;  // a lost node's rank -> the attempt its spare joins
   int bound_port = 0;
   Phase phase = Phase::Joining;
 
@@ -118,6 +121,9 @@ struct RendezvousServer::Impl {
   void on_closed(std::uint64_t id, const std::string& why);
   void on_frame(std::uint64_t id, std::uint8_t raw_type, std::string_view payload);
   void on_join(Peer& p, Message&& m);
+  void on_rejoin(Peer& p, Join&& join);  // readmit: during the run, a spare in a lost node's place
+  void on_replacement_preparing(Peer& p, Message&& m);
+  void replacement_failed(Peer& p, const std::string& why);
   void assign();
   void say_dropped_joins();
   void on_preparing(Peer& p, Message&& m);

@@ -42,6 +42,7 @@ std::vector<Message> one_of_each() {
            "127.0.1.1"},
       Join{},
       Assign{1, 4, 8, 32},
+      Assign{1, 4, 8, 32, true, 3},
       Ready{29500, ""},
       Ready{0, R"({"gpus":[{"index":0}],"sizes":[]})"},
       Start{"10.0.0.1", 29500},

@@ -1,6 +1,7 @@
 // The rendezvous server and clients talking over real loopback sockets, on
 // one event loop in this process.
 #include <algorithm>
+#include <functional>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -49,7 +50,23 @@ struct Launcher : ServerHandler {
     --restarts;
     server->restart(Restart{1, start.master_addr, next_port});
   }
-  void on_node_lost(std::uint32_t node, const std::string&) override { lost.push_back(node); }
+  void on_node_lost(std::uint32_t node, const std::string&) override {
+    lost.push_back(node);
+    if (on_lost) on_lost(node);
+  }
+  // --spares: a spare took a lost node's place, or could not.
+  std::vector<NodeInfo> replaced;
+  std::vector<std::string> replacement_failures;
+  std::function<void(std::uint32_t)> on_lost;
+  void on_node_replaced(const NodeInfo& node, const std::optional<Start>&) override {
+    replaced.push_back(node);
+    done = 0;
+    server->restart(Restart{1, start.master_addr, next_port});
+  }
+  void on_replacement_failed(std::uint32_t node, const std::string& why) override {
+    replacement_failures.push_back(fmt::format("{}: {}", node, why));
+    server->finish(Finish{1, "no spare"});
+  }
   void on_failed(const std::string& message, int code) override {
     failure = message;
     failure_code = code;
@@ -68,6 +85,7 @@ struct Agent : ClientHandler {
   std::vector<Restart> restarted;
   std::string lost;
   int lost_code = 0;
+  bool vanish_on_start = false;  // its connection ends when its ranks would start: a lost node
   RendezvousClient* client = nullptr;
 
   Join on_welcome(const Welcome& w) override {
@@ -86,6 +104,7 @@ struct Agent : ClientHandler {
   }
   void on_start(const Start& s) override {
     start = s;
+    if (vanish_on_start) return client->close();
     client->send(RankExited{assign.rank_base, sgpu::env::ExitStatus::exited(0), false});
     client->send(NodeDone{assign.node_rank == 0 ? 30001U : 0U});
   }
@@ -101,9 +120,11 @@ struct Agent : ClientHandler {
       client->close();
     }
   }
+  std::function<void()> on_gone;
   void on_lost(const std::string& why, int code) override {
     lost = why;
     lost_code = code;
+    if (on_gone) on_gone();
   }
 };
 
@@ -344,4 +365,70 @@ TEST_CASE("rendezvous: Restart starts every node again, and their messages count
   for (const auto& [node, m] : f.launcher.messages) exits += std::holds_alternative<RankExited>(m) ? 1 : 0;
   CHECK(exits == 4);
   CHECK(f.launcher.lost.empty());
+}
+
+TEST_CASE("rendezvous: a spare takes a lost node's place, with its node rank and rank base, and Restart starts it") {
+  for (std::uint32_t spare_ranks : {1U, 2U}) {
+    CAPTURE(spare_ranks);
+    Fixture f;
+    ServerOptions o;
+    o.nnodes = 2;
+    o.heartbeat_timeout = 2s;
+    o.readmit = true;
+    f.serve(o);
+    auto& a = f.add("a", 0, 1, f.secret);
+    auto& b = f.add("b", 1, 1, f.secret);
+    b.vanish_on_start = true;
+    Agent* spare = nullptr;
+    f.launcher.on_lost = [&](std::uint32_t node) {
+      f.server->readmit(node, 1);
+      spare = &f.add("c", static_cast<int>(node), spare_ranks, f.secret);
+    };
+    f.run();
+    CHECK(f.launcher.failure.empty());
+    CHECK(f.launcher.lost == std::vector<std::uint32_t>{1});
+    REQUIRE(spare != nullptr);
+    if (spare_ranks == 1) {
+      CHECK(spare->assign == Assign{1, 2, 1, 2, true, 1});  // node 1's place, rank base and world, for attempt 1
+      REQUIRE(f.launcher.replaced.size() == 1);
+      CHECK(f.launcher.replaced[0].name == "c");
+      CHECK(f.launcher.replaced[0].rank_base == 1);
+      CHECK(!spare->start);  // not Start: the attempt's Restart, with the node that stayed
+      REQUIRE(spare->restarted.size() == 1);
+      REQUIRE(a.restarted.size() == 1);
+      CHECK(spare->restarted[0] == a.restarted[0]);
+      REQUIRE(spare->finish);
+      REQUIRE(a.finish);
+      std::vector<std::uint32_t> exited;
+      for (const auto& [node, m] : f.launcher.messages)
+        if (const auto* e = std::get_if<RankExited>(&m)) exited.push_back(node * 10 + e->rank);
+      CHECK(exited == std::vector<std::uint32_t>{0, 0, 11});  // node 1's rank 1 reported by the spare
+    } else {
+      CHECK(f.launcher.replaced.empty());
+      REQUIRE(f.launcher.replacement_failures.size() == 1);
+      CHECK(f.launcher.replacement_failures[0] ==
+            "1: c cannot take its place: it would run 2 ranks, and node 1's place needs 1");
+      CHECK(spare->lost.find("node 1's place needs 1") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("rendezvous: during the run, an agent nobody readmitted is turned away") {
+  Fixture f;
+  ServerOptions o;
+  o.nnodes = 1;
+  o.heartbeat_timeout = 2s;
+  o.readmit = true;  // the listener stays open, but no place is
+  f.serve(o);
+  auto& a = f.add("a", 0, 1, f.secret);
+  a.vanish_on_start = true;  // node 0 is lost, and nobody calls readmit
+  Agent* late = nullptr;
+  f.launcher.on_lost = [&](std::uint32_t) {
+    late = &f.add("late", 0, 1, f.secret);
+    late->on_gone = [&] { f.server->finish(Finish{1, "over"}); };
+  };
+  f.run();
+  REQUIRE(late != nullptr);
+  CHECK(late->lost.find("the rendezvous is already complete") != std::string::npos);
+  CHECK(late->welcome.run_id.empty());  // refused before it learned anything of the run
 }

@@ -45,7 +45,8 @@
 namespace sgpu::rendezvous {
 
 inline constexpr std::uint16_t kProtocolVersion =
-    8;  // 4: Inspect, Inspection; 5: Probe, ProbeResult; 6: Join's network; 7: NodeSamples; 8: NodeExcluded
+    9;  // 4: Inspect, Inspection; 5: Probe, ProbeResult; 6: Join's network; 7: NodeSamples; 8: NodeExcluded;
+        // 9: Assign's attempt (a spare taking a lost node's place), Restart to a node that is Ready
 inline constexpr std::string_view kMagic = "SGPURDZV";
 inline constexpr std::size_t kFrameHeaderSize = 5;
 inline constexpr std::uint32_t kMaxHelloPayload = 1024;
@@ -173,6 +174,10 @@ struct Assign {
   std::uint32_t nnodes = 0;
   std::uint32_t rank_base = 0;
   std::uint32_t world_size = 0;
+  // A spare taking a lost node's place during the run (--spares), from
+  // attempt `attempt` on: no preflight, and Restart, not Start, starts its ranks.
+  bool spare = false;
+  std::uint32_t attempt = 0;
   bool operator==(const Assign&) const = default;
 };
 

@@ -37,6 +37,9 @@ struct ServerOptions {
   // Several nodes: before Start, every node connects to MASTER_ADDR:MASTER_PORT
   // while node 0 listens there (Probe), each within this long.
   std::chrono::milliseconds reach_timeout{std::chrono::seconds(5)};
+  // --spares: the listener stays open during the run, so an agent started
+  // on a spare host can take a lost node's place (readmit).
+  bool readmit = false;
 };
 
 // A node as the launcher knows it once the rendezvous is done.
@@ -88,6 +91,13 @@ class ServerHandler {
   // A started node's connection dropped or went silent (also one that said
   // NodeDone, until the run is finished: it cannot take part in a restart).
   virtual void on_node_lost(std::uint32_t node_rank, const std::string& why) = 0;
+  // readmit: the agent that took node `node.node_rank`'s place is ready (not
+  // started: restart starts it with the others). `start`: the new MASTER_ADDR
+  // and MASTER_PORT when it is node 0.
+  virtual void on_node_replaced(const NodeInfo& /*node*/, const std::optional<Start>& /*start*/) {}
+  // readmit: the agent taking that place refused its assignment, failed or
+  // left before it was ready.
+  virtual void on_replacement_failed(std::uint32_t /*node_rank*/, const std::string& /*why*/) {}
   // The rendezvous cannot complete (timeout, conflicting requests, an agent
   // that cannot run); every agent has been sent Abort. Also after a Finish
   // that on_node_ready or on_network_checked returned.
@@ -112,6 +122,15 @@ class RendezvousServer {
   // Another attempt (after every node said NodeDone): Restart to every node,
   // whose messages count again from now on.
   void restart(const Restart& restart);
+  // --spares (ServerOptions::readmit): the next agent that joins asking for
+  // node rank `node_rank` (a lost node's) takes its place, with the same
+  // rank base and number of ranks, for attempt `attempt`; its old
+  // connection, if any, is closed then. Others asking are refused.
+  void readmit(std::uint32_t node_rank, std::uint32_t attempt);
+  // Starts the ranks of the spare that took node `node_rank`'s place and is
+  // ready, alone: it joins the attempt the other nodes are running (restart
+  // starts it with every node).
+  void start_spare(std::uint32_t node_rank, const Restart& attempt);
   // Sends Finish to every connected node and lets each connection close once
   // it is written; stops accepting and heartbeating.
   void finish(const Finish& finish);
