@@ -43,6 +43,8 @@ def job_processes(host):
     left = []
     for pid in host.pids():
         try:
+            if pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue  # exited, its parent (sshd) not done reaping it: nothing runs
             cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
