@@ -15,6 +15,7 @@ data and an epoch's training are ddp_mlp.py's, beside this file.
 import argparse
 import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -40,6 +41,9 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-dir", default="checkpoints")
     parser.add_argument("--fail-at-epoch", type=int, default=-1, help="crash once, on the first attempt")
+    parser.add_argument("--epoch-pause", type=float, default=0.0,
+                        help="seconds each rank waits after every epoch on the first attempt: time to stop a node "
+                             "by hand mid-run")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -72,6 +76,8 @@ def main():
             save_checkpoint(path, model, opt, epoch)
             print(f"epoch {epoch} loss {loss_value:.6f}", flush=True)
         dist.barrier()  # no rank goes on before the epoch's checkpoint is on disk
+        if restart == 0 and args.epoch_pause > 0:
+            time.sleep(args.epoch_pause)
 
     if rank == 0:
         print(f"final loss {loss_value:.6f}", flush=True)

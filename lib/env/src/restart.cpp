@@ -12,7 +12,8 @@ Seconds restart_backoff(Seconds base, int restart) {
 }
 
 bool restartable(const JobEnd& end) {
-  if (end.kind == JobEnd::Kind::Hung) return true;  // a stuck collective may not stick twice
+  if (end.kind == JobEnd::Kind::Hung) return true;              // a stuck collective may not stick twice
+  if (end.kind == JobEnd::Kind::NodeLost) return end.replaced;  // on a spare, with the same WORLD_SIZE
   if (end.kind != JobEnd::Kind::RankFailed) return false;
   // The shell's "not executable" and "not found": the same program fails the same way.
   return !(end.status.code && (*end.status.code == 126 || *end.status.code == 127));

@@ -37,6 +37,11 @@ TEST_CASE("env::restartable") {
     e.status = status;
     return e;
   };
+  auto replaced = [&] {
+    auto e = end(K::NodeLost);
+    e.replaced = true;
+    return e;
+  };
   struct Row {
     const char* what;
     JobEnd end;
@@ -53,6 +58,8 @@ TEST_CASE("env::restartable") {
       {"the scheduler", end(K::StoppedByScheduler), false},
       {"a run that never started", end(K::NotStarted), false},
       {"success", end(K::Completed), false},
+      {"a lost node with no spare", end(K::NodeLost), false},
+      {"a lost node a spare replaces", replaced(), true},
   };
   for (const auto& row : rows) {
     SUBCASE(row.what) { CHECK(restartable(row.end) == row.restartable); }

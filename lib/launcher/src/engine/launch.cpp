@@ -91,6 +91,23 @@ void check_capabilities(const JobSpec& spec, const BackendInfo& info) {
                             where_set(spec, "output.detach", "--detach"), those, info.name),
                 kExitUsage);
   }
+  if (spec.spares > 0 && !info.can.spare_nodes) {
+    std::string those;
+    for (const auto& b : backends())
+      if (b.can.spare_nodes) those += fmt::format("{}--backend {}", those.empty() ? "" : ", ", b.flag_name);
+    throw Error(
+        fmt::format("{}: spare nodes are held by {} for now, not by the {} backend{}",
+                    where_set(spec, "resources.spares", fmt::format("--spares {}", spec.spares)), those, info.name,
+                    info.can.ranks_here ? " (on one node, a GPU beyond the job's already takes a bad GPU's "
+                                          "place before each attempt: --health-gate)"
+                                        : ""),
+        kExitUsage);
+  }
+  if (spec.spares > 0 && spec.max_restarts == 0)
+    throw Error(fmt::format("{}: a spare takes a lost node's place in the next attempt, and this run makes none: add "
+                            "--max-restarts N",
+                            where_set(spec, "resources.spares", fmt::format("--spares {}", spec.spares))),
+                kExitUsage);
   // The ranks run under this process, on this node: nothing crosses a network to explain.
   if (spec.rendezvous.explain_network && info.can.ranks_here)
     throw Error(
@@ -380,6 +397,7 @@ int dry_run(LaunchRequest request) {
     in.master_addr = layout.master_addr;
     in.notes = layout.notes;
     in.env_sync = layout.env_sync;
+    in.spares = layout.spares;
     in.backend = info.name;
     in.inherited = ctx.inherited;
     in.cwd = ctx.cwd;

@@ -208,8 +208,8 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       check_open_files_limit(local_ranks);  // before its rank directories are made
       auto root = runs_root(spec.log_dir, options.environment);
       run_dir = create_run_dir(root, run_id, local_ranks, static_cast<int>(a.rank_base));
-      if (spec.preflight.enabled) {
-        begin_preflight(ready);  // Ready goes once this node's share is done
+      if (spec.preflight.enabled && !a.spare) {  // a spare joining later is gated, not all-reduced
+        begin_preflight(ready);                  // Ready goes once this node's share is done
         return std::nullopt;
       }
     } catch (const Error& e) {
@@ -253,7 +253,9 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
 
   // The launcher's word after a failed attempt: this node's ranks again.
   void restart(const rdzv::Restart& r) {
-    if (!ranks_finished || lost || done) return;  // it only comes once every node said NodeDone
+    // A spare in a lost node's place (--spares) starts its first ranks here.
+    bool spare_first = assign.spare && !supervisor && !ranks_finished;
+    if ((!ranks_finished && !spare_first) || lost || done) return;  // it comes once every node said NodeDone
     if (signalled) {
       // Told to stop between attempts: this node takes no other one, and
       // says so (before the signals were held, the signal ended the agent).

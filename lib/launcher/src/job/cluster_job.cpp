@@ -8,11 +8,14 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 
 #include <fmt/format.h>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "sgpu/env/command.hpp"
@@ -77,6 +80,14 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   std::optional<std::pair<std::string, int>> failure;
   PreflightJudge preflight_judge;             // --preflight: the verdict over every node's report
   std::optional<NetworkExplained> explained;  // --explain-network, once the check passed
+  // --spares: the lost nodes whose spare is on its way (by node rank), each
+  // bounded by --join-timeout; the attempt's end is recorded once all are ready.
+  std::map<std::uint32_t, asio::steady_timer> replacing;
+  std::set<std::uint32_t> in_attempt;  // of `replacing`: spares joining the attempt running (replace_in_attempt)
+  bool record_held = false;
+  // A lost node no spare could replace: its host, and what its end says of
+  // that (kept through the backend's word on the end, which rewrites the reason).
+  std::optional<std::pair<std::string, std::string>> no_spare;
 
   Impl(asio::io_context& io_, JobSpec s, ClusterOptions o, std::string dir, JobHost& host_)
       : io(io_),
@@ -107,6 +118,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       end_by = std::chrono::duration_cast<std::chrono::seconds>(options.end_by->time_since_epoch()).count();
     so.job = encode_job({spec, cwd, added, end_by});
     so.master_addr = options.master_addr;
+    so.readmit = options.replace_node && options.spares > 0;
     server = std::make_unique<rdzv::RendezvousServer>(io, options.listen, secret, so, *this);
   }
 
@@ -168,7 +180,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     outcome.started = Clock::now();
     attempt_started = outcome.started;
     outcome.ranks.resize(static_cast<std::size_t>(world));
-    for (int r = 0; r < world; ++r) outcome.ranks[static_cast<std::size_t>(r)].rank = r;
+    fresh_ranks();
     output_open.assign(static_cast<std::size_t>(world), {false, false});
     try {
       auto plan = ClusterJob::job_plan(spec, run_id, run_dir, cwd, placement, start.master_addr,
@@ -340,17 +352,165 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
 
   void on_node_lost(std::uint32_t node, const std::string& why) override { lose(node, why, std::nullopt); }
 
+  std::vector<NodePlacement> placement() const {
+    std::vector<NodePlacement> out;
+    for (const auto& n : nodes)
+      out.push_back(
+          {static_cast<int>(n.node_rank), n.name, static_cast<int>(n.rank_base), static_cast<int>(n.local_ranks)});
+    return out;
+  }
+
+  // Every rank's record, blank for an attempt, naming the node it runs on.
+  void fresh_ranks() {
+    for (std::size_t r = 0; r < outcome.ranks.size(); ++r) {
+      outcome.ranks[r] = RankRecord{};
+      outcome.ranks[r].rank = static_cast<int>(r);
+    }
+    for (const auto& n : nodes)
+      for (auto r = n.rank_base; r < n.rank_base + n.local_ranks && r < outcome.ranks.size(); ++r)
+        outcome.ranks[r].host = n.name;
+  }
+
+  // --spares: a spare takes lost node `node`'s place for the next attempt,
+  // if a restart would follow one (restarts left, nothing ending the run for
+  // good) and the backend has one left. `end` is marked replaced (a restart
+  // may follow it) when it does; with none left, its reason says so.
+  bool replace(std::uint32_t node, env::JobEnd& end) {
+    if (!options.replace_node) return false;
+    auto candidate = end;
+    candidate.replaced = true;
+    if (!control->would_restart(candidate)) return false;
+    auto lost_name = nodes[node].name;
+    auto spare = options.replace_node(static_cast<int>(node), lost_name);
+    if (!spare) {
+      no_spare = {end.host, options.spares == 0 ? std::string("; no spare node was held to take its place "
+                                                              "(--spares N keeps N hosts ready)")
+                                                : fmt::format("; no spare is left to take its place (--spares {}, "
+                                                              "all used)",
+                                                              options.spares)};
+      end.reason += no_spare->second;
+      return false;
+    }
+    end.replaced = true;
+    auto next = control->attempt() + 1;
+    options.notice(fmt::format("node {} (node rank {}) was lost; spare {} takes its place for attempt {}", lost_name,
+                               node, *spare, next));
+    if (!replacing.contains(node)) {
+      Exclusion e{lost_name, -1, fmt::format("the node was lost: {}", end.reason), next};
+      outcome.excluded.push_back(e);
+      if (observer) observer->on_excluded(e);
+    }
+    nodes[node].name = *spare;
+    arm_spare(node, *spare, next);
+    return true;
+  }
+
+  // The place of node `node` is open to `spare`'s agent, for `attempt` on,
+  // within --join-timeout.
+  void arm_spare(std::uint32_t node, const std::string& spare, int attempt) {
+    server->readmit(node, static_cast<std::uint32_t>(attempt));
+    auto [it, fresh] = replacing.try_emplace(node, io);
+    it->second.expires_after(to_ms(options.join_timeout));
+    it->second.async_wait([this, node, spare](boost::system::error_code ec) {
+      if (ec) return;
+      on_replacement_failed(node, fmt::format("spare {} did not join within {} (--join-timeout)", spare,
+                                              env::format_duration(options.join_timeout)));
+    });
+  }
+
+  // --spares: a node that could not start its share of the attempt running
+  // (its health gate refused it, or its agent was lost before any of its
+  // ranks started) is replaced in this same attempt: the other nodes' ranks
+  // wait for the spare's in their own rendezvous (init_process_group), and
+  // no restart is spent. Not node 0, which MASTER_ADDR names.
+  bool replace_in_attempt(std::uint32_t node, const env::JobEnd& end) {
+    if (!options.replace_node || options.spares == 0 || node == 0 || !started || between_attempts ||
+        control->stopping())
+      return false;
+    const auto& n = nodes[node];
+    for (auto r = n.rank_base; r < n.rank_base + n.local_ranks; ++r)
+      if (outcome.ranks[r].pid > 0) return false;  // some of its ranks ran: the attempt cannot go on without them
+    auto lost_name = n.name;
+    auto spare = options.replace_node(static_cast<int>(node), lost_name);
+    if (!spare) return false;
+    auto attempt = control->attempt();
+    options.notice(fmt::format("node {} (node rank {}) could not start attempt {}; spare {} takes its place in it",
+                               lost_name, node, attempt, *spare));
+    if (!replacing.contains(node)) {
+      Exclusion e{lost_name, -1, fmt::format("the node could not start attempt {}: {}", attempt, end.reason), attempt};
+      outcome.excluded.push_back(e);
+      if (observer) observer->on_excluded(e);
+    }
+    nodes[node].name = *spare;
+    for (auto r = n.rank_base; r < n.rank_base + n.local_ranks; ++r) outcome.ranks[r].host = *spare;
+    in_attempt.insert(node);
+    node_state[node] = NodeState::Running;  // the attempt waits for its ranks
+    arm_spare(node, *spare, attempt);
+    return true;
+  }
+
+  void on_node_replaced(const rdzv::NodeInfo& info, const std::optional<rdzv::Start>& start) override {
+    auto it = replacing.find(info.node_rank);
+    if (finished || it == replacing.end()) return;
+    replacing.erase(it);
+    nodes[info.node_rank] = info;
+    if (start) {  // a new node 0: its address and its MASTER_PORT
+      start_info.master_addr = start->master_addr;
+      start_info.master_port = start->master_port;
+      next_master_port = 0;
+    }
+    if (in_attempt.contains(info.node_rank) && !between_attempts && !control->stopping()) {
+      in_attempt.erase(info.node_rank);
+      observer->on_nodes_placed(placement());
+      server->start_spare(info.node_rank, rdzv::Restart{static_cast<std::uint32_t>(control->attempt()),
+                                                        start_info.master_addr, start_info.master_port});
+      return;
+    }
+    if (record_held && replacing.empty()) {
+      record_held = false;
+      record_attempt();
+    }
+  }
+
+  // The spare on its way failed (its agent refused the place, failed or left,
+  // or never joined): the next spare, else the run ends naming both.
+  void on_replacement_failed(std::uint32_t node, const std::string& why) override {
+    auto it = replacing.find(node);
+    if (finished || it == replacing.end()) return;
+    env::JobEnd end;
+    end.kind = env::JobEnd::Kind::NodeLost;
+    end.host = nodes[node].name;
+    end.reason = fmt::format("it was to take node rank {}'s place: {}", node, why);
+    options.notice(fmt::format("spare {} cannot take node rank {}'s place: {}", end.host, node, why));
+    bool joining_attempt = in_attempt.erase(node) > 0;
+    if (joining_attempt ? replace_in_attempt(node, end) : replace(node, end)) return;
+    replacing.erase(node);
+    node_state[node] = NodeState::Lost;  // nothing of it will report
+    control->stop_for_good(end, control->stop_signal());
+    asio::post(io, [this] { maybe_finish(); });
+    if (record_held && replacing.empty()) {
+      record_held = false;
+      record_attempt();
+    }
+  }
+
   // `code`: what the node's ending means, when its backend knows it.
   void lose(std::uint32_t node, const std::string& why, std::optional<int> code) {
     if (node >= nodes.size() || finished || node_state[node] == NodeState::Lost) return;
+    if (in_attempt.contains(node)) return;  // the replaced agent's last word (its connection's end): a spare is coming
     env::JobEnd end;
     end.kind = env::JobEnd::Kind::NodeLost;
     end.host = nodes[node].name;
     end.reason = why;
     end.cause_code = code;
+    if (node_state[node] == NodeState::Running && replace_in_attempt(node, end)) {
+      inquiries.node_gone(node);
+      return;
+    }
     if (node_state[node] == NodeState::Done) {
       // Its ranks are over; it matters only to an attempt that would need it.
       node_state[node] = NodeState::Lost;
+      if (control->restart_pending() && replace(node, end)) return;
       if (!gone) gone = end;
       if (control->restart_pending()) {
         options.notice(fmt::format("node {} was lost after its ranks ended: {}; no restart", end.host, why));
@@ -369,6 +529,12 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
         open = false;
       }
     }
+    // A spare takes its place in the next attempt (--spares).
+    if (replace(node, end)) {
+      if (!control->stopping()) control->stop(end, control->stop_signal());
+      maybe_finish();
+      return;
+    }
     // A lost node cannot start again: the run ends, naming it (also when
     // an attempt that would have restarted is being torn down).
     if (!control->stop_for_good(end, control->stop_signal()))
@@ -383,6 +549,15 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   void on_stopping(const env::JobEnd& cause) override {
     outcome.end = cause;
     observer->on_teardown(cause);
+    // A run ended for good (a signal, the timeout) while its spares were on
+    // their way: no attempt waits for them any more.
+    if (record_held && !control->restart_pending()) {
+      record_held = false;
+      replacing.clear();
+      in_attempt.clear();
+      asio::post(io, [this] { record_attempt(); });
+    }
+    if (!in_attempt.empty()) asio::post(io, [this] { maybe_finish(); });  // it waited for a spare's ranks
   }
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override {
     observer->on_restart(attempt, cause, backoff);
@@ -403,8 +578,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   // whether the group starts again.
   void maybe_finish() {
     if (!started || finished || between_attempts) return;
-    for (auto s : node_state)
-      if (s == NodeState::Running) return;
+    for (std::uint32_t k = 0; k < node_state.size(); ++k)  // a spare still joining a stopped attempt runs nothing
+      if (node_state[k] == NodeState::Running && !(in_attempt.contains(k) && control->stopping())) return;
     if (gone && control->stopping()) control->stop_for_good(*gone, control->stop_signal());
     between_attempts = true;
     if (!options.refine_end) return record_attempt();
@@ -413,12 +588,20 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     auto refiner = options.refine_end;  // a copy: it may be reset by what it calls
     refiner(outcome.end, [this, once = std::make_shared<bool>(false)] {
       if (std::exchange(*once, true)) return;
+      auto& end = outcome.end;
+      if (no_spare && end.kind == env::JobEnd::Kind::NodeLost && end.host == no_spare->first &&
+          !end.reason.ends_with(no_spare->second))
+        end.reason += no_spare->second;
       control->settle_end(outcome.end);  // an end the backend explained may rule out a restart
       record_attempt();
     });
   }
 
   void record_attempt() {
+    if (!replacing.empty() && control->restart_pending()) {
+      record_held = true;  // the next attempt needs its spares: once they are ready
+      return;
+    }
     outcome.attempts.push_back(AttemptOutcome{control->attempt(), outcome.end, outcome.ranks, attempt_started,
                                               Clock::now(), outcome.spawn_error});
     control->attempt_over([this](bool again) {
@@ -442,11 +625,9 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   void restart() {
     outcome.end = {};
     outcome.spawn_error.clear();
-    for (auto& r : outcome.ranks) {
-      RankRecord fresh;
-      fresh.rank = r.rank;
-      r = fresh;
-    }
+    fresh_ranks();
+    in_attempt.clear();                      // a spare that was joining the last attempt starts with this one
+    observer->on_nodes_placed(placement());  // a spare's name for the ranks it took over
     for (auto& open : output_open) open = {false, false};
     node_state.assign(nodes.size(), NodeState::Running);
     if (next_master_port != 0) start_info.master_port = std::exchange(next_master_port, 0);
@@ -474,11 +655,15 @@ const rendezvous::Secret& ClusterJob::secret() const { return impl_->secret; }
 const std::string& ClusterJob::run_id() const { return impl_->run_id; }
 const std::string& ClusterJob::run_dir() const { return impl_->run_dir; }
 
-std::vector<std::string> ClusterJob::agent_args(const std::string& launcher_host, int node_rank) const {
+std::vector<std::string> ClusterJob::agent_args(const std::string& launcher_host, int node_rank,
+                                                const std::string& name) const {
   std::vector<std::string> args{"agent", "--rdzv", rdzv::Endpoint{launcher_host, port()}.str(), "--node-rank",
                                 std::to_string(node_rank)};
   const auto& names = impl_->options.node_names;
-  if (node_rank >= 0 && static_cast<std::size_t>(node_rank) < names.size()) {
+  if (!name.empty()) {
+    args.emplace_back("--node-name");
+    args.push_back(name);
+  } else if (node_rank >= 0 && static_cast<std::size_t>(node_rank) < names.size()) {
     args.emplace_back("--node-name");
     args.push_back(names[static_cast<std::size_t>(node_rank)]);
   }
@@ -497,6 +682,11 @@ void ClusterJob::node_failed(int node_rank, const std::string& why, std::optiona
     s.failure = {message, code.value_or(1)};
     s.server->abort(message, code.value_or(1));
     s.stop_waiting();
+    return;
+  }
+  if (s.replacing.contains(static_cast<std::uint32_t>(node_rank))) {
+    // The spare's own session failed before its agent took the place.
+    s.on_replacement_failed(static_cast<std::uint32_t>(node_rank), why);
     return;
   }
   s.lose(static_cast<std::uint32_t>(node_rank), why, code);

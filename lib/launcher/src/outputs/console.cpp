@@ -121,9 +121,23 @@ void ConsolePrinter::on_restart(int attempt, const env::JobEnd& cause, env::Seco
 }
 
 void ConsolePrinter::on_excluded(const Exclusion& e) {
+  if (e.gpu < 0) {  // a whole node (--spares): the line that replaced it was said already
+    sink_.write(Stream::Err, fmt::format("sgpu: warning: node {} is left out for the rest of the run (attempt {} on): "
+                                         "{}\n",
+                                         e.host, e.attempt, e.reason));
+    return;
+  }
   sink_.write(Stream::Err, fmt::format("sgpu: warning: {}GPU {} fails the health gate: {}; left out for the rest of "
                                        "the run (attempt {} on)\n",
                                        e.host.empty() ? "" : e.host + " ", e.gpu, e.reason, e.attempt));
+}
+
+void ConsolePrinter::on_nodes_placed(const std::vector<NodePlacement>& nodes) {
+  for (const auto& n : nodes)
+    for (int r = n.first_rank; r < n.first_rank + n.ranks; ++r)
+      if (r >= 0 && static_cast<std::size_t>(r) < options_.labels.size())
+        options_.labels[static_cast<std::size_t>(r)] = fmt::format("{}:{}", n.host, r);
+  prefixes_.clear();  // made again from the labels as each rank next writes
 }
 
 void ConsolePrinter::on_rank_exited(int /*rank*/, const env::ExitStatus& /*status*/, bool /*terminated_by_sgpu*/) {

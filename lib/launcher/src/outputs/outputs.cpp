@@ -339,6 +339,7 @@ struct JobOutputs::Impl {
       rank.terminated_by_sgpu = rec.terminated_by_sgpu;
       rank.started = rec.started;
       rank.ended = rec.ended;
+      if (!rec.host.empty()) rank.host = rec.host;
     }
   }
 

@@ -129,7 +129,7 @@ void RunLog::on_attempt_started(int attempt) {
 void RunLog::on_excluded(const Exclusion& e) {
   append_event({{"event", "excluded"},
                 {"host", e.host.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(e.host)},
-                {"gpu", e.gpu},
+                {"gpu", e.gpu >= 0 ? nlohmann::ordered_json(e.gpu) : nlohmann::ordered_json(nullptr)},
                 {"reason", e.reason},
                 {"attempt", e.attempt}});
 }

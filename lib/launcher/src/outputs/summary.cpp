@@ -191,7 +191,7 @@ json excluded_json(const std::vector<Exclusion>& excluded) {
   json out = json::array();
   for (const auto& e : excluded)
     out.push_back({{"host", e.host.empty() ? json(nullptr) : json(e.host)},
-                   {"gpu", e.gpu},
+                   {"gpu", e.gpu >= 0 ? json(e.gpu) : json(nullptr)},  // null: the whole node (--spares)
                    {"reason", e.reason},
                    {"attempt", e.attempt}});
   return out;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "sgpu/env/command.hpp"
@@ -96,6 +97,7 @@ DryRun make_dry_run(const ResolvedSpec& resolved, const DryRunInputs& in) {
   d.notes = resolved.notes;
   d.notes.insert(d.notes.end(), in.notes.begin(), in.notes.end());
   d.env_sync = in.env_sync;
+  d.spares = in.spares;
   d.master_port_fixed = spec.master_port.has_value();
   auto nodes = static_cast<int>(in.nodes.size());
   std::string master_addr = spec.rendezvous.master_addr.empty() ? in.master_addr : spec.rendezvous.master_addr;
@@ -138,6 +140,8 @@ std::string dry_run_text(const DryRun& d) {
   line("command", env::shell_join(env::mask_arguments(first.argv)));
   line("cwd", first.cwd);
   line("nodes", fmt::format("{} ({} backend)", d.nodes.size(), d.backend));
+  if (!d.spares.empty())
+    line("spares", fmt::format("{} (each takes a lost node's place for the next attempt)", fmt::join(d.spares, ", ")));
   line("ranks", fmt::format("{} in all, {} per node", ranks.size(), first.ranks.size()));
   if (first.gpus.empty())
     line("devices", "CPU ranks, no GPUs");
@@ -241,6 +245,7 @@ std::string dry_run_json(const DryRun& d) {
   doc["master_port"] = d.master_port_fixed ? json(first.master_port) : json(nullptr);
   doc["run_dir"] = first.run_dir;
   doc["nodes"] = json::array();
+  doc["spares"] = d.spares;
   doc["ranks"] = json::array();
   for (const auto& node : d.nodes) {
     json ranks = json::array();

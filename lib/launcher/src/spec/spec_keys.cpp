@@ -186,6 +186,15 @@ std::vector<KeyInfo> make_keys() {
        .flags = "--exclude",
        .help = "not these hosts/GPUs: \"b:1\"; on one node \":3\"",
        .apply = [](JobSpec& s, const S& v) { s.exclude = as_string(v); }},
+      {.path = "resources.spares",
+       .kind = K::Int,
+       .flags = "--spares",
+       .help = "hosts held ready beyond the job's nodes (ssh: the hosts given beyond --nnodes): a node lost during "
+               "an attempt is replaced by one for the next attempt (--max-restarts), with the same WORLD_SIZE "
+               "(default 0)",
+       .min = 0,
+       .max = 1 << 16,
+       .apply = [](JobSpec& s, const S& v) { s.spares = to_int(v); }},
       {.path = "resources.gpu_bind",
        .kind = K::Choice,
        .flags = "--gpu-bind",

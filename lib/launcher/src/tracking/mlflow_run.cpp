@@ -110,6 +110,10 @@ KeyValues end_tags(const RunEnd& run) {
   std::string lines;
   for (const auto& e : run.excluded) {
     if (!lines.empty()) lines += '\n';
+    if (e.gpu < 0) {  // a whole node (--spares)
+      lines += fmt::format("{}: {} (attempt {} on)", e.host, e.reason, e.attempt);
+      continue;
+    }
     lines += e.host.empty() ? fmt::format("GPU {}: {} (attempt {} on)", e.gpu, e.reason, e.attempt)
                             : fmt::format("{} GPU {}: {} (attempt {} on)", e.host, e.gpu, e.reason, e.attempt);
   }

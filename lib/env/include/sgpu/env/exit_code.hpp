@@ -68,6 +68,7 @@ struct JobEnd {
   // stopped it. job_exit_code() reads it; nothing else does.
   std::optional<int> cause_code;
   bool time_limit = false;  // StoppedByScheduler: the scheduler's time limit (exit 124, as --timeout)
+  bool replaced = false;    // NodeLost: a spare takes the node's place (--spares), so a restart may follow
   bool operator==(const JobEnd&) const = default;
 };
 

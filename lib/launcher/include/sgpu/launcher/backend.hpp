@@ -70,6 +70,7 @@ struct PlannedLayout {
   std::string master_addr;                      // "" on one node (127.0.0.1)
   std::vector<std::string> notes;               // settings the backend will not use, said once
   std::optional<LaunchPlan::EnvSync> env_sync;  // --sync-env: what each node has or would get
+  std::vector<std::string> spares{};            // --spares: the hosts held for a lost node
 };
 
 // How run() ended: the job this process hosted (every rank seen by the
@@ -117,6 +118,9 @@ struct BackendCapabilities {
   // --detach: once the run directory exists the run goes on in a new
   // session and the command returns with the run id.
   bool detaches = false;
+  // --spares: it holds spare nodes and starts one in a lost node's place
+  // (ClusterOptions::replace_node).
+  bool spare_nodes = false;
 };
 
 struct BackendInfo {

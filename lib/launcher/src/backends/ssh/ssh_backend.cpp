@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -87,35 +88,52 @@ constexpr auto kSessionEndWait = std::chrono::seconds(5);
 
 // The ssh sessions' side of the job: each session's end is the one entry
 // point of a node failure (node_failed), and explains a node the rendezvous
-// lost first (ClusterOptions::refine_end).
+// lost first (ClusterOptions::refine_end). A session is one host's; its node
+// rank is the job's node it runs, until a spare's session replaces it.
 class Handler : public SshNodesHandler {
  public:
   Handler(asio::io_context& io, ClusterJob& job, std::vector<std::string> labels, std::vector<std::string> hosts)
-      : job_(job), labels_(std::move(labels)), hosts_(std::move(hosts)), wait_(io) {
-    failures_.resize(labels_.size());
-    exited_.resize(labels_.size(), false);
+      : job_(job), wait_(io) {
+    for (std::size_t k = 0; k < labels.size(); ++k) add_session(static_cast<int>(k), std::move(labels[k]), hosts[k]);
   }
   void on_node_exit(int node, const SshNodeExit& exit) override {
     auto k = static_cast<std::size_t>(node);
-    exited_[k] = true;
-    auto failure = ssh::classify_ssh_exit(labels_[k], exit);
-    if (failure) failures_[k] = failure;  // kept even after the end: it may explain a node the rendezvous lost
+    auto& session = sessions_[k];
+    session.exited = true;
+    auto failure = ssh::classify_ssh_exit(session.label, exit);
+    if (failure) session.failure = failure;  // kept even after the end: it may explain a node the rendezvous lost
     if (pending_ && pending_node_ == k) settle();
-    if (!failure || ended_) return;  // ended_: the launcher ended this session itself
+    // ended_: the launcher ended this session itself; retired: a spare runs its node now.
+    if (!failure || ended_ || session.retired) return;
     if (!first_) first_ = failure;
     if (nodes_) nodes_->stop_starting();
-    job_.node_failed(node, failure->message, failure->exit_code);
+    job_.node_failed(session.node_rank, failure->message, failure->exit_code);
+  }
+  // --spares: session `index` (a spare's) runs node `node_rank` from now on.
+  void add_session(int node_rank, std::string label, std::string host) {
+    sessions_.push_back({std::move(label), std::move(host), node_rank, false, false, std::nullopt});
+  }
+  // --spares: node `node_rank`'s session is ended (its agent was lost); its
+  // end no longer speaks for the node, which a spare's session runs next.
+  void retire(int node_rank, std::chrono::steady_clock::duration wait) {
+    for (std::size_t k = 0; k < sessions_.size(); ++k) {
+      auto& session = sessions_[k];
+      if (session.node_rank != node_rank || session.retired) continue;
+      session.retired = true;
+      if (nodes_ && !session.exited) nodes_->end_one(static_cast<int>(k), wait);
+    }
   }
   // A node the rendezvous lost: its ssh session says why (an agent killed by
   // a signal, the connection lost) and what that means as an exit code. A
   // session still open is waited for, at most kSessionEndWait.
   void refine(env::JobEnd& end, std::function<void()> settled) {
-    auto it = std::find(hosts_.begin(), hosts_.end(), end.host);
-    if (end.kind != env::JobEnd::Kind::NodeLost || it == hosts_.end()) return settled();
-    pending_node_ = static_cast<std::size_t>(it - hosts_.begin());
+    // The newest session on that host (a spare may have replaced an older one).
+    auto it = std::find_if(sessions_.rbegin(), sessions_.rend(), [&](const Session& x) { return x.host == end.host; });
+    if (end.kind != env::JobEnd::Kind::NodeLost || it == sessions_.rend()) return settled();
+    pending_node_ = static_cast<std::size_t>(sessions_.rend() - it - 1);
     pending_end_ = &end;
     pending_ = std::move(settled);
-    if (exited_[pending_node_]) return settle();
+    if (sessions_[pending_node_].exited) return settle();
     wait_.expires_after(kSessionEndWait);
     wait_.async_wait([this](boost::system::error_code ec) {
       if (!ec) settle();
@@ -144,18 +162,24 @@ class Handler : public SshNodesHandler {
  private:
   void settle() {
     wait_.cancel();
-    if (const auto& failure = failures_[pending_node_]) {
+    if (const auto& failure = sessions_[pending_node_].failure) {
       pending_end_->reason = failure->message;
       pending_end_->cause_code = failure->exit_code;
     }
     if (auto then = std::exchange(pending_, nullptr)) then();
   }
 
+  struct Session {
+    std::string label;
+    std::string host;  // as the rendezvous names its node
+    int node_rank = 0;
+    bool retired = false;  // a spare's session runs its node now
+    bool exited = false;
+    std::optional<ssh::NodeFailure> failure;
+  };
+
   ClusterJob& job_;
-  std::vector<std::string> labels_;
-  std::vector<std::string> hosts_;  // by node rank, as the rendezvous names them
-  std::vector<std::optional<ssh::NodeFailure>> failures_;
-  std::vector<bool> exited_;
+  std::deque<Session> sessions_;  // by SshNodes index
   std::optional<ssh::NodeFailure> first_;
   SshNodes* nodes_ = nullptr;
   std::shared_ptr<LaunchPlan::EnvSync> env_sync_;
@@ -182,7 +206,7 @@ void announce_env_sync(const LaunchPlan::EnvSync& sync) {
 
 }  // namespace
 
-std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
+SshHosts choose_ssh(const JobSpec& spec) {
   const auto& s = ssh::settings(spec);
   if (!s.hostfile.empty() && !s.hosts.empty())
     throw Error("--hostfile and --hosts exclude each other; give the hosts one way");
@@ -222,7 +246,12 @@ std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
   } else {
     // CPU ranks: --nproc on each of --nnodes hosts (every host by default).
     int per = spec.nproc.value_or(1);
-    int n = spec.origins.contains("resources.nodes") ? spec.nodes : static_cast<int>(candidates.size());
+    int n = spec.origins.contains("resources.nodes") ? spec.nodes : static_cast<int>(candidates.size()) - spec.spares;
+    if (n < 1)
+      throw Error(fmt::format("{}: {} lists {} host{}, none left for the job itself; pass --nnodes N",
+                              where_set(spec, "resources.spares", fmt::format("--spares {}", spec.spares)), pool_name,
+                              candidates.size(), candidates.size() == 1 ? "" : "s"),
+                  kExitUsage);
     req.ranks = per * n;
     req.per_node = per;
     req.ranks_flag = fmt::format("--nproc {} on {} hosts:", per, n);
@@ -236,8 +265,38 @@ std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) {
           fmt::format("--gpus {} would put {} ranks on {} but {} on {}; every node runs the same number: "
                       "pass --gpus-per-node N",
                       req.ranks, chosen.front().ranks, chosen.front().entry.host, n.ranks, n.entry.host));
-  return chosen;
+  SshHosts out{chosen, {}};
+  if (spec.spares <= 0) return out;
+  // --spares: the next hosts of the pool that can run a node's share, held
+  // for a node that is lost.
+  auto where = where_set(spec, "resources.spares", fmt::format("--spares {}", spec.spares));
+  std::vector<ssh::CandidateHost> rest;
+  for (const auto& c : candidates)
+    if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& n) { return n.entry.host == c.entry.host; }))
+      rest.push_back(c);
+  if (static_cast<int>(rest.size()) < spec.spares)
+    throw Error(fmt::format("{}: {} has {} host{} beyond the {} the job runs on; list more hosts, or ask for fewer "
+                            "spares",
+                            where, pool_name, rest.size(), rest.size() == 1 ? "" : "s", chosen.size()),
+                kExitUsage);
+  int per = chosen.front().ranks;
+  auto spare_req = req;
+  spare_req.ranks = per * spec.spares;
+  spare_req.per_node = per;
+  spare_req.ranks_flag = fmt::format("{} with {} rank{} each:", where, per, per == 1 ? "" : "s");
+  spare_req.per_node_flag = where;
+  try {
+    out.spares = ssh::select_hosts(rest, spare_req);
+  } catch (const Error& e) {
+    throw Error(
+        fmt::format("{}: the spares must each run a node's {} rank{}: {}", where, per, per == 1 ? "" : "s", e.what()),
+        kExitUsage);
+  }
+  if (static_cast<int>(out.spares.size()) > spec.spares) out.spares.resize(static_cast<std::size_t>(spec.spares));
+  return out;
 }
+
+std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec) { return choose_ssh(spec).nodes; }
 
 namespace {
 
@@ -287,68 +346,86 @@ std::string launcher_host(const JobSpec& spec, ClusterOptions& copts) {
 }
 
 // Each node's ssh steps: the binary (--ship-sgpu), the --sync copy, then
-// the agent, which learns the run's secret on its stdin.
-std::vector<SshNode> node_steps(const SshLaunch& in, const std::vector<ssh::NodeAssignment>& chosen,
-                                const ClusterJob& job, const SyncPlan& sync, const std::string& dial_back) {
-  const auto& s = ssh::settings(in.spec);
-  auto opts = ssh_options(in.spec);
-  std::string tarball;
-  std::string remote_sync = "~/.cache/sgpu/sync/" + job.run_id();
-  if (!s.sync.empty()) {
-    tarball = job.run_dir() + "/sync.tar.gz";
-    make_sync_tarball(fs::weakly_canonical(fs::absolute(s.sync)).string(), sync.files, tarball);
+// the agent, which learns the run's secret on its stdin. Made once for the
+// job's nodes, and again for a spare that takes a lost node's place.
+class NodeSteps {
+ public:
+  NodeSteps(const SshLaunch& in, const ClusterJob& job, const SyncPlan& sync, std::string dial_back)
+      : in_(in), job_(job), opts_(ssh_options(in.spec)), dial_back_(std::move(dial_back)) {
+    const auto& s = ssh::settings(in.spec);
+    remote_sync_ = "~/.cache/sgpu/sync/" + job.run_id();
+    if (!s.sync.empty()) {
+      tarball_ = job.run_dir() + "/sync.tar.gz";
+      make_sync_tarball(fs::weakly_canonical(fs::absolute(s.sync)).string(), sync.files, tarball_);
+    }
+    program_ = s.ship_sgpu ? shipped_path(in.self_exe) : "sgpu";
+    for (const auto& [name, value] : job.agent_environment()) {
+      boot_.secret_names.push_back(name);
+      secrets_ += value + "\n";
+    }
+    if (!s.sync.empty()) {
+      boot_.cd = remote_sync_ + (sync.node_cwd == "." ? "" : "/" + sync.node_cwd);
+      boot_.remove_after = remote_sync_;  // each run ships its own copy: none is left behind
+    }
+    if (in.env) env_tars_ = ssh::make_env_tarballs(*in.env, job.run_dir());
   }
-  std::string program = s.ship_sgpu ? shipped_path(in.self_exe) : "sgpu";
-  ssh::AgentBootstrap boot;
-  std::string secrets;
-  for (const auto& [name, value] : job.agent_environment()) {
-    boot.secret_names.push_back(name);
-    secrets += value + "\n";
-  }
-  if (!s.sync.empty()) {
-    boot.cd = remote_sync + (sync.node_cwd == "." ? "" : "/" + sync.node_cwd);
-    boot.remove_after = remote_sync;  // each run ships its own copy: none is left behind
-  }
-  std::vector<std::string> env_tars;
-  if (in.env) env_tars = ssh::make_env_tarballs(*in.env, job.run_dir());
-  std::vector<SshNode> nodes;
-  for (std::size_t k = 0; k < chosen.size(); ++k) {
-    const auto& host = chosen[k].entry;
+
+  // Node `node_rank` on `chosen`; `k` its index in the --sync-env record
+  // (-1: none, a spare's).
+  SshNode make(const ssh::NodeAssignment& chosen, int node_rank, int k, const std::string& name = {}) const {
+    const auto& s = ssh::settings(in_.spec);
+    const auto& opts = opts_;
+    const auto& in = in_;
+    const auto& program = program_;
+    const auto& host = chosen.entry;
+    bool env_here = in.env && k >= 0;
+    auto kk = static_cast<std::size_t>(k);
     SshNode node{host.host, {}};
     if (s.ship_sgpu)
       node.steps.push_back(
           {"copying sgpu", ssh::ssh_argv(opts, host, ssh::ship_binary_script(program)), in.self_exe, ""});
     if (!s.sync.empty())
       node.steps.push_back(
-          {"unpacking --sync " + s.sync, ssh::ssh_argv(opts, host, ssh::unpack_script(remote_sync)), tarball, ""});
-    if (in.env && !env_tars[k].empty())
+          {"unpacking --sync " + s.sync, ssh::ssh_argv(opts, host, ssh::unpack_script(remote_sync_)), tarball_, ""});
+    if (env_here && !env_tars_[kk].empty())
       node.steps.push_back(
-          {kEnvStep, ssh::ssh_argv(opts, host, ssh::env_build_command(in.env->lock)), env_tars[k], ""});
-    auto b = boot;
-    if (in.env) {
-      b.exports.emplace_back("SGPU_PYTHON", ssh::env_python(in.env->lock, in.env->probes[k].home));
+          {kEnvStep, ssh::ssh_argv(opts, host, ssh::env_build_command(in.env->lock)), env_tars_[kk], ""});
+    auto b = boot_;
+    if (env_here) {
+      b.exports.emplace_back("SGPU_PYTHON", ssh::env_python(in.env->lock, in.env->probes[kk].home));
       b.prelude = ssh::env_use_prelude(in.env->lock);
     }
-    if (!chosen[k].devices.empty()) {
+    if (!chosen.devices.empty()) {
       std::string list;
-      for (int d : chosen[k].devices) list += (list.empty() ? "" : ",") + std::to_string(d);
+      for (int d : chosen.devices) list += (list.empty() ? "" : ",") + std::to_string(d);
       b.exports.emplace_back("CUDA_VISIBLE_DEVICES", list);
     }
     b.argv = {program};
-    for (auto& a : job.agent_args(dial_back, static_cast<int>(k))) b.argv.push_back(std::move(a));
+    for (auto& a : job_.agent_args(dial_back_, node_rank, name)) b.argv.push_back(std::move(a));
     b.argv.emplace_back("--watch-stdin");  // ssh's stdin: the session ends the agent (SshNodes::end)
     node.steps.push_back(
-        {"starting the agent", ssh::ssh_argv(opts, host, ssh::agent_bootstrap_script(b)), "", secrets});
-    nodes.push_back(std::move(node));
+        {"starting the agent", ssh::ssh_argv(opts, host, ssh::agent_bootstrap_script(b)), "", secrets_});
+    return node;
   }
-  return nodes;
-}
+
+ private:
+  const SshLaunch& in_;
+  const ClusterJob& job_;
+  ssh::SshOptions opts_;
+  std::string dial_back_;
+  std::string remote_sync_;
+  std::string tarball_;
+  std::string program_;
+  ssh::AgentBootstrap boot_;
+  std::string secrets_;
+  std::vector<std::string> env_tars_;
+};
 
 }  // namespace
 
 JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart& run, JobHost& job_host) {
   const auto& s = ssh::settings(in.spec);
-  auto chosen = choose_ssh_hosts(in.spec);
+  auto [chosen, spare_hosts] = choose_ssh(in.spec);
   auto node_spec = node_job_spec(in, s, chosen.front().ranks);
   auto sync = sync_plan(in, s);
 
@@ -375,9 +452,33 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
     if (!handler_at_end) return settled();
     handler_at_end->refine(end, std::move(settled));
   };
+  // --spares: a lost node's place goes to the next spare host, whose
+  // session starts now; the lost node's session is ended.
+  struct Spares {
+    std::deque<ssh::NodeAssignment> left;
+    const NodeSteps* steps = nullptr;
+    SshNodes* starter = nullptr;
+    Handler* handler = nullptr;
+  } spares{{spare_hosts.begin(), spare_hosts.end()}};
+  {  // with none held, a lost node's end says that --spares would have replaced it
+    copts.spares = static_cast<int>(spare_hosts.size());
+    copts.replace_node = [&spares, &session_wait](int node_rank, const std::string&) -> std::optional<std::string> {
+      if (spares.left.empty() || spares.starter == nullptr) return std::nullopt;
+      auto spare = std::move(spares.left.front());
+      spares.left.pop_front();
+      spares.handler->retire(node_rank, session_wait);
+      auto index = spares.starter->add(spares.steps->make(spare, node_rank, -1, spare.entry.host));
+      if (index < 0) return std::nullopt;
+      spares.handler->add_session(node_rank, label(spare.entry), spare.entry.host);
+      return spare.entry.host;
+    };
+  }
   auto dial_back = launcher_host(in.spec, copts);
   ClusterJob job(io, node_spec, copts, sync.node_cwd, job_host);
-  auto nodes = node_steps(in, chosen, job, sync, dial_back);
+  NodeSteps steps(in, job, sync, dial_back);
+  std::vector<SshNode> nodes;
+  for (std::size_t k = 0; k < chosen.size(); ++k)
+    nodes.push_back(steps.make(chosen[k], static_cast<int>(k), static_cast<int>(k)));
 
   std::vector<std::string> labels;
   std::vector<std::string> hosts;
@@ -389,6 +490,9 @@ JobOutcome run_ssh_job(asio::io_context& io, const SshLaunch& in, const RunStart
   SshNodes starter(io, std::move(nodes), s.max_parallel, handler);
   handler.attach(starter);
   if (copts.env_sync) handler.attach(copts.env_sync);
+  spares.steps = &steps;
+  spares.starter = &starter;
+  spares.handler = &handler;
   handler_at_end = &handler;
   starter.start();
   // --sync-env's tars were read by the steps before the agents: none stays.
@@ -424,8 +528,15 @@ class SshBackend : public Backend {
     auto limits = node_limits(spec);
     in_.join_timeout = limits.join_timeout;
     in_.heartbeat_timeout = limits.heartbeat_timeout;
-    chosen_ = choose_ssh_hosts(ctx.spec);  // reads the hostfile: its mistakes are said before any ssh
-    if (!s.envs.empty()) {                 // --envs: the hosts' cached environments, instead of a job
+    auto hosts = choose_ssh(ctx.spec);  // reads the hostfile: its mistakes are said before any ssh
+    chosen_ = std::move(hosts.nodes);
+    spares_ = std::move(hosts.spares);
+    if (!spares_.empty() && s.sync_env)
+      throw Error(fmt::format("{}: --sync-env builds the environment on the job's hosts before the start, and a "
+                              "spare's is not built yet; use a shared or prepared environment with spares",
+                              where_set(spec, "resources.spares", fmt::format("--spares {}", spec.spares))),
+                  kExitUsage);
+    if (!s.envs.empty()) {  // --envs: the hosts' cached environments, instead of a job
       auto answer = ssh::envs_command(spec, ctx.inherited, chosen_, ssh_options(spec));
       throw BackendAnswer(std::move(answer.text), answer.exit_code);
     }
@@ -438,6 +549,7 @@ class SshBackend : public Backend {
   PlannedLayout describe(const LaunchContext& ctx) override {
     PlannedLayout layout;
     for (const auto& n : chosen_) layout.nodes.push_back({n.entry.host, std::nullopt});
+    for (const auto& n : spares_) layout.spares.push_back(n.entry.host);
     layout.master_addr = ctx.spec.rendezvous.master_addr.empty() && !chosen_.empty() ? chosen_.front().entry.host
                                                                                      : ctx.spec.rendezvous.master_addr;
     if (in_.env) layout.env_sync = ssh::env_sync_record(*in_.env, chosen_);
@@ -452,14 +564,17 @@ class SshBackend : public Backend {
  private:
   SshLaunch in_;
   std::vector<ssh::NodeAssignment> chosen_;
+  std::vector<ssh::NodeAssignment> spares_;  // --spares: held for a lost node
 };
 
 }  // namespace
 
 BackendInfo ssh_backend_info() {
-  return {.name = "ssh", .flag_name = "ssh", .keys = ssh::spec_keys, .make = []() -> std::unique_ptr<Backend> {
-            return std::make_unique<SshBackend>();
-          }};
+  return {.name = "ssh",
+          .flag_name = "ssh",
+          .can = {.spare_nodes = true},
+          .keys = ssh::spec_keys,
+          .make = []() -> std::unique_ptr<Backend> { return std::make_unique<SshBackend>(); }};
 }
 
 }  // namespace sgpu::launcher

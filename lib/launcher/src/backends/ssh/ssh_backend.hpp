@@ -33,6 +33,13 @@ struct SshLaunch : LaunchContext {
 // The hosts chosen for the job and the ranks on each (every node runs the
 // same number; pinned devices where a filter named them). Reads the hostfile.
 std::vector<ssh::NodeAssignment> choose_ssh_hosts(const JobSpec& spec);
+// The same, with --spares: the hosts after the job's that can each run a
+// node's share, held for a node that is lost.
+struct SshHosts {
+  std::vector<ssh::NodeAssignment> nodes;
+  std::vector<ssh::NodeAssignment> spares;
+};
+SshHosts choose_ssh(const JobSpec& spec);
 
 // The outcome of the engine's `run`, once every node has ended and every ssh
 // has exited; throws sgpu::Error when the job cannot start.

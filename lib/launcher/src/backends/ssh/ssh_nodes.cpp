@@ -2,6 +2,7 @@
 
 #include <array>
 #include <csignal>
+#include <deque>
 #include <optional>
 #include <system_error>
 
@@ -55,7 +56,7 @@ struct SshNodes::Impl {
   };
 
   asio::io_context& io;
-  std::vector<Node> nodes;
+  std::deque<Node> nodes;  // a deque: add() keeps every Node where its handlers find it
   int max_parallel;
   SshNodesHandler& handler;
   std::size_t next = 0;  // the next node to start
@@ -72,11 +73,17 @@ struct SshNodes::Impl {
   void fill() {
     while (!stopped && next < nodes.size() && in_flight < max_parallel) {
       auto& n = nodes[next];
+      if (n.reported) {  // ended before it started (end_one)
+        ++next;
+        continue;
+      }
       n.in_flight = true;
       ++in_flight;
       run_step(static_cast<int>(next++));
     }
   }
+
+  void end_session(Node& n, std::chrono::steady_clock::duration wait);
 
   void leave_flight(Node& n) {
     if (!n.in_flight) return;
@@ -203,29 +210,55 @@ void SshNodes::stop_starting() {
   }
 }
 
+int SshNodes::add(SshNode node) {
+  auto& s = *impl_;
+  if (s.stopped) return -1;
+  s.nodes.emplace_back().spec = std::move(node);
+  auto index = static_cast<int>(s.nodes.size() - 1);
+  s.fill();  // at once unless max_parallel sessions are still connecting
+  return index;
+}
+
+void SshNodes::end_one(int index, std::chrono::steady_clock::duration wait) {
+  auto& s = *impl_;
+  auto k = static_cast<std::size_t>(index);
+  if (k >= s.nodes.size()) return;
+  if (k >= s.next) {  // not started yet: it never will be
+    auto& n = s.nodes[k];
+    if (!n.reported) {
+      n.reported = true;
+      ++s.reported;
+    }
+    return;
+  }
+  s.end_session(s.nodes[k], wait);
+}
+
 void SshNodes::end(std::chrono::steady_clock::duration wait) {
   auto& s = *impl_;
   s.stopped = true;
   stop_starting();
-  for (auto& n : s.nodes) {
-    if (!n.proc || n.wait_status) continue;
-    if (!n.ready) {  // set by the last step's marker only
-      // No agent yet: nothing on the host to wait for. The group, since ssh
-      // dies of SIGTERM before it connects without stopping its ProxyCommand.
-      // (A master that ControlPersist forked from this ssh keeps using that
-      // proxy; it loses its connection, and the next run makes a new one.)
-      n.proc->signal_group(SIGTERM);
-      continue;
-    }
-    // ssh passes the end of its input on; the agent stops its ranks and
-    // exits, the bootstrap shell with it, and then ssh.
-    boost::system::error_code ignored;
-    n.proc->in().close(ignored);
-    n.deadline.emplace(s.io, wait);
-    n.deadline->async_wait([&n](boost::system::error_code ec) {
-      if (!ec && !n.wait_status) n.proc->signal_group(SIGTERM);
-    });
+  for (auto& n : s.nodes) s.end_session(n, wait);
+}
+
+void SshNodes::Impl::end_session(Node& n, std::chrono::steady_clock::duration wait) {
+  if (!n.proc || n.wait_status) return;
+  if (!n.ready) {  // set by the last step's marker only
+    // No agent yet: nothing on the host to wait for. The group, since ssh
+    // dies of SIGTERM before it connects without stopping its ProxyCommand.
+    // (A master that ControlPersist forked from this ssh keeps using that
+    // proxy; it loses its connection, and the next run makes a new one.)
+    n.proc->signal_group(SIGTERM);
+    return;
   }
+  // ssh passes the end of its input on; the agent stops its ranks and
+  // exits, the bootstrap shell with it, and then ssh.
+  boost::system::error_code ignored;
+  n.proc->in().close(ignored);
+  n.deadline.emplace(io, wait);
+  n.deadline->async_wait([&n](boost::system::error_code ec) {
+    if (!ec && !n.wait_status) n.proc->signal_group(SIGTERM);
+  });
 }
 
 bool SshNodes::all_exited() const { return impl_->reported == impl_->nodes.size(); }

@@ -64,6 +64,12 @@ class SshNodes {
   // nothing is left on its host. An ssh still connecting or preparing gets
   // SIGTERM at once; one whose agent has not ended after `wait` gets it too.
   void end(std::chrono::steady_clock::duration wait);
+  // --spares: one more node (a spare taking a lost node's place), started
+  // as the others were; its index for the handler. -1 once end() was called.
+  int add(SshNode node);
+  // Ends one node's session as end() ends each (a lost node that a spare
+  // replaces); one not started yet is never started.
+  void end_one(int index, std::chrono::steady_clock::duration wait);
   // Every node has reported on_node_exit.
   bool all_exited() const;
 

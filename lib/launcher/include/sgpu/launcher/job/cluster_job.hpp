@@ -74,6 +74,13 @@ struct ClusterOptions {
   // (shared: the backend completes it as each node's build step ends,
   // before the nodes join).
   std::shared_ptr<LaunchPlan::EnvSync> env_sync{};
+  // --spares: how many the backend holds, and how it starts one. A node lost
+  // while a restart would follow is replaced: `replace_node` is called with
+  // its node rank and name, starts an agent on a spare asking for that node
+  // rank (agent_args), and returns the spare's name; nullopt when none is
+  // left. Unset: a lost node ends the run.
+  int spares = 0;
+  std::function<std::optional<std::string>(int node_rank, const std::string& lost)> replace_node;
 };
 
 // --join-timeout and --heartbeat-timeout from the spec, checked (a limit,
@@ -102,7 +109,9 @@ class ClusterJob {
   // The arguments after the sgpu binary that start node `node_rank`'s agent,
   // reaching the launcher at `launcher_host` (an address or name the node can
   // reach): agent --rdzv HOST:PORT --node-rank K [--node-name NAME] --join-timeout D.
-  std::vector<std::string> agent_args(const std::string& launcher_host, int node_rank) const;
+  // `name`: the node's --node-name ("" : options.node_names's, if any).
+  std::vector<std::string> agent_args(const std::string& launcher_host, int node_rank,
+                                      const std::string& name = {}) const;
   // What to add to the agent's environment: the secret (SGPU_RDZV_SECRET).
   // Never put it on a command line.
   env::Environment agent_environment() const;

@@ -72,6 +72,7 @@ class ConsolePrinter : public JobObserver {
   // One line on stderr per restart: which attempt, why, and the wait.
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
   void on_excluded(const Exclusion& e) override;
+  void on_nodes_placed(const std::vector<NodePlacement>& nodes) override;  // a spare's name on the ranks it took
   // Backpressure only while the job runs: once it ends (teardown, or every
   // rank exited) nothing may wait on the reader.
   void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;

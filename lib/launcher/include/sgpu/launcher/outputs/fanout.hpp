@@ -36,6 +36,9 @@ class FanOut : public JobObserver {
   void on_attempt_started(int attempt) override {
     for (auto* o : observers_) o->on_attempt_started(attempt);
   }
+  void on_nodes_placed(const std::vector<NodePlacement>& nodes) override {
+    for (auto* o : observers_) o->on_nodes_placed(nodes);
+  }
   void on_excluded(const Exclusion& e) override {
     for (auto* o : observers_) o->on_excluded(e);
   }

@@ -32,6 +32,7 @@ struct DryRun {
   std::vector<Setting> settings;
   std::vector<std::string> notes;
   std::optional<LaunchPlan::EnvSync> env_sync;
+  std::vector<std::string> spares;
 };
 
 // --sync-env's record, as the dry run, summary.json and the events give it.
@@ -51,6 +52,7 @@ struct DryRunInputs {
   std::string master_addr;                      // "" on one node
   std::vector<std::string> notes;               // the backend's
   std::optional<LaunchPlan::EnvSync> env_sync;  // --sync-env, per node
+  std::vector<std::string> spares;              // --spares: hosts held for a lost node
   std::string backend;                          // "local", "static", "ssh", "slurm"
   env::Environment inherited;
   std::string cwd;

@@ -32,7 +32,7 @@ struct NodePlacement {
 // A GPU the health gate left out for the rest of the run (--health-gate).
 struct Exclusion {
   std::string host;  // "" on one node
-  int gpu = -1;
+  int gpu = -1;      // -1: the whole node, lost and replaced by a spare (--spares)
   std::string reason;
   int attempt = 0;  // the attempt it was left out before
 };

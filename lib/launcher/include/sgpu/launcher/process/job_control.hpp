@@ -137,6 +137,12 @@ class JobControl {
   std::optional<std::chrono::system_clock::time_point> deadline() const { return deadline_; }
   int stop_signal() const { return options_.stop_signal; }
   int attempt() const { return attempt_; }
+  // Whether an end like `cause`, now, would be followed by another attempt
+  // (restarts left, nothing ending the run for good): --spares asks before
+  // it starts a spare.
+  bool would_restart(const env::JobEnd& cause) const {
+    return !finished_ && !(stopping_ && final_) && will_restart(cause);
+  }
 
  private:
   void arm_signals();

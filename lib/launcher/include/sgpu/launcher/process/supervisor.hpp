@@ -58,6 +58,7 @@ struct RankRecord {
   bool terminated_by_sgpu = false;
   Clock::time_point started{};
   Clock::time_point ended{};
+  std::string host{};  // multi-node: the node it ran on in this attempt (a spare's after a replacement); "": the plan's
 };
 
 // One attempt of a run (there is one without restarts).

@@ -97,6 +97,7 @@ struct JobSpec {
   // hosts and GPUs the job may use; every backend applies them.
   std::string include;
   std::string exclude;
+  int spares = 0;  // --spares: hosts held ready to replace a lost node (ssh)
   GpuBind gpu_bind = GpuBind::Node;
   CpuBind cpu_bind = CpuBind::None;
   bool report_bindings = false;    // --report-bindings: one line per rank at start
