@@ -28,6 +28,7 @@ import rendezvous
 import report
 import runs
 import sampling
+import spares
 import stop
 import tracking
 from peers import ENV_NOTE, Context, base_env
@@ -50,6 +51,7 @@ SECTIONS = {
     "sampling": sampling.run,
     "env_sync": env_sync.run,
     "health_gate": health_gate.run,
+    "spares": spares.run,
 }
 
 METHOD = """\
