@@ -122,7 +122,14 @@ struct RendezvousClient::Impl {
     connecting.reset();
     state = State::Hello;
     socket->start([this](std::uint8_t type, std::string_view payload) { on_frame(type, payload); },
-                  [this](const std::string& why) { end(fmt::format("lost the launcher at {}: {}", where(), why), 1); });
+                  [this](const std::string& why) {
+                    if (state == State::Hello)
+                      return reconnect(
+                          fmt::format("the connection ended before the "
+                                      "launcher's hello: {}",
+                                      why));
+                    end(fmt::format("lost the launcher at {}: {}", where(), why), 1);
+                  });
     nonce = make_nonce();
     socket->send(ClientHello{kProtocolVersion, nonce});
     arm_liveness();
@@ -136,8 +143,22 @@ struct RendezvousClient::Impl {
         arm_liveness();
         return;
       }
+      if (state == State::Hello)
+        return reconnect(
+            fmt::format("no hello from the launcher within {} of connecting", duration_text(heartbeat_timeout)));
       end(fmt::format("lost the launcher at {}: no message for {}", where(), duration_text(heartbeat_timeout)), 1);
     });
+  }
+
+  // Connected, and the launcher has said nothing: a launcher whose listen
+  // queue was full when this connection came completes it only after the
+  // kernel's SYN-ACK retries (1, 2, 4, 8 s...), or never. The connection is
+  // dropped and made again, as a refused one is, until --join-timeout.
+  void reconnect(const std::string& why) {
+    liveness.cancel();
+    if (auto old = std::exchange(socket, nullptr)) old->close();
+    state = State::Connecting;
+    retry(why);
   }
 
   void arm_heartbeat() {

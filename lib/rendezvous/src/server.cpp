@@ -155,15 +155,19 @@ void RendezvousServer::Impl::on_join(Peer& p, Message&& m) {
 // Nodes arriving faster than the launcher takes them fill the listen queue,
 // and the kernel drops the rest without a word: each waits a second or more
 // for its SYN to be sent again. Said in one line, with the limit and its value.
-void RendezvousServer::Impl::say_dropped_joins() {
-  if (!overflows_at_start) return;
+std::optional<std::string> RendezvousServer::Impl::dropped_joins() const {
+  if (!overflows_at_start) return std::nullopt;
   auto now = listen_overflows();
-  if (!now || *now <= *overflows_at_start) return;
-  handler.on_notice(fmt::format(
+  if (!now || *now <= *overflows_at_start) return std::nullopt;
+  return fmt::format(
       "{} connections were dropped on this machine for a full listen queue while the {} nodes joined "
       "(net.core.somaxconn = {}; TcpExt ListenOverflows counts every program's): each of those nodes waited a "
       "second or more to try again; sysctl -w net.core.somaxconn={} lets a queue hold them all",
-      *now - *overflows_at_start, options.nnodes, queue_limit, options.nnodes));
+      *now - *overflows_at_start, options.nnodes, queue_limit, options.nnodes);
+}
+
+void RendezvousServer::Impl::say_dropped_joins() {
+  if (auto text = dropped_joins()) handler.on_notice(*text);
 }
 
 void RendezvousServer::Impl::assign() {
@@ -437,8 +441,11 @@ void RendezvousServer::Impl::on_join_timeout() {
   if (!refused.empty()) refused = "; " + refused;
   refusals.take_unsaid();  // the error says them all
   if (phase == Phase::Joining) {
-    fail(fmt::format("the rendezvous timed out after {} (--join-timeout): {}{}", seconds_text(options.join_timeout),
-                     describe_missing(joins(), options.nnodes, options.expected_names), refused),
+    // The nodes that never came may be those whose connections the kernel dropped.
+    auto dropped = dropped_joins();
+    fail(fmt::format("the rendezvous timed out after {} (--join-timeout): {}{}{}", seconds_text(options.join_timeout),
+                     describe_missing(joins(), options.nnodes, options.expected_names), refused,
+                     dropped ? "; " + *dropped : std::string()),
          1);
   } else if (phase == Phase::Probing) {
     fail(fmt::format("the rendezvous timed out after {} (--join-timeout): every node got ready but the check that "

@@ -125,6 +125,7 @@ struct RendezvousServer::Impl {
   void on_replacement_preparing(Peer& p, Message&& m);
   void replacement_failed(Peer& p, const std::string& why);
   void assign();
+  std::optional<std::string> dropped_joins() const;  // said once all joined, or in the join timeout's error
   void say_dropped_joins();
   void on_preparing(Peer& p, Message&& m);
   NodeInfo info(const Peer& n) const;

@@ -432,3 +432,40 @@ TEST_CASE("rendezvous: during the run, an agent nobody readmitted is turned away
   CHECK(late->lost.find("the rendezvous is already complete") != std::string::npos);
   CHECK(late->welcome.run_id.empty());  // refused before it learned anything of the run
 }
+
+TEST_CASE("rendezvous: an agent whose connection brings no hello connects again, within its join timeout") {
+  // The first connection is taken by a listener that says nothing (a launcher
+  // whose listen queue was full completes such a connection only after the
+  // kernel's SYN-ACK retries, or never); the rendezvous then listens on the
+  // same port, and the agent, after its hello timeout, connects again and joins.
+  Fixture f;
+  boost::asio::ip::tcp::acceptor silent(f.io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  auto port = silent.local_endpoint().port();
+  boost::asio::ip::tcp::socket held(f.io);
+  ServerOptions o;
+  o.nnodes = 1;
+  o.heartbeat_timeout = 2s;
+  o.run_id = "run-1";
+  o.job = "job-blob";
+  silent.async_accept(held, [&](boost::system::error_code ec) {
+    REQUIRE(!ec);
+    silent.close();
+    f.server = std::make_unique<RendezvousServer>(f.io, Endpoint{"127.0.0.1", port}, f.secret, o, f.launcher);
+    f.launcher.server = f.server.get();
+    f.server->start();
+  });
+  Agent agent;
+  agent.name = "a";
+  ClientOptions co;
+  co.endpoint = Endpoint{"127.0.0.1", port};
+  co.join_timeout = 5s;
+  co.hello_timeout = 300ms;
+  RendezvousClient client(f.io, co, f.secret, agent);
+  agent.client = &client;
+  client.start();
+  f.io.run_for(10s);
+  CHECK(agent.lost.empty());
+  REQUIRE(agent.finish);
+  CHECK(agent.finish->summary == "ok");
+  CHECK(f.launcher.failure.empty());
+}
