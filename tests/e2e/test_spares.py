@@ -152,3 +152,23 @@ def test_a_node_whose_gate_refuses_the_next_attempt_is_replaced_by_a_spare_in_th
     assert node["host"] == b.addr and node["gpu"] is None and node["attempt"] == 1
     assert node["reason"].startswith("the node could not start attempt 1: ")
     assert "no spare GPU is left to take its place" in node["reason"]
+
+
+def test_a_spare_that_cannot_take_the_place_is_said_and_the_run_ends_with_none_left(sgpu):
+    # The spare is a host whose sshd refuses the key: its session fails, which is said, and with no other spare
+    # the run ends naming the lost node, the spare's failure and that none is left; nothing is left running.
+    with SshHosts(3, authorized={0, 1}, host_env={0: WITH_SGPU, 1: WITH_SGPU, 2: WITH_SGPU}) as hosts:
+        _, b, c = hosts.hosts
+        p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nnodes", 2, "--nproc", 1, "--spares", 1,
+                   "--max-restarts", 1, "--grace", "5s", *UP_THEN_SLEEP, wait=False)
+        wait_for_ranks(p, 2)
+        kill_agent(b)
+        _, err = p.communicate(timeout=120)
+        for h in hosts.hosts:
+            assert job_processes(h) == [], h.name
+    assert p.returncode == 137, err  # the lost node's own end: its agent was killed by SIGKILL
+    assert f"spare {c.addr} takes its place for attempt 1" in err, err
+    assert f"spare {c.addr} cannot take node rank 1's place" in err and "Permission denied" in err, err
+    assert f"node {b.addr} was lost" in err and "killed by SIGKILL" in err, err
+    assert f"; spare {c.addr} could not take its place: " in err, err
+    assert "no spare is left to take its place (--spares 1, all used)" in err, err

@@ -85,6 +85,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   std::map<std::uint32_t, asio::steady_timer> replacing;
   std::set<std::uint32_t> in_attempt;  // of `replacing`: spares joining the attempt running (replace_in_attempt)
   bool record_held = false;
+  std::map<std::uint32_t, env::JobEnd> lost_ends;  // by node rank: why the node a spare replaces was lost
   // A lost node no spare could replace: its host, and what its end says of
   // that (kept through the backend's word on the end, which rewrites the reason).
   std::optional<std::pair<std::string, std::string>> no_spare;
@@ -393,6 +394,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     }
     end.replaced = true;
     auto next = control->attempt() + 1;
+    if (!replacing.contains(node)) lost_ends[node] = end;
     options.notice(fmt::format("node {} (node rank {}) was lost; spare {} takes its place for attempt {}", lost_name,
                                node, *spare, next));
     if (!replacing.contains(node)) {
@@ -434,6 +436,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     auto spare = options.replace_node(static_cast<int>(node), lost_name);
     if (!spare) return false;
     auto attempt = control->attempt();
+    if (!replacing.contains(node)) lost_ends[node] = end;
     options.notice(fmt::format("node {} (node rank {}) could not start attempt {}; spare {} takes its place in it",
                                lost_name, node, attempt, *spare));
     if (!replacing.contains(node)) {
@@ -477,13 +480,18 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   void on_replacement_failed(std::uint32_t node, const std::string& why) override {
     auto it = replacing.find(node);
     if (finished || it == replacing.end()) return;
-    env::JobEnd end;
-    end.kind = env::JobEnd::Kind::NodeLost;
-    end.host = nodes[node].name;
-    end.reason = fmt::format("it was to take node rank {}'s place: {}", node, why);
-    options.notice(fmt::format("spare {} cannot take node rank {}'s place: {}", end.host, node, why));
+    auto spare = nodes[node].name;
+    options.notice(fmt::format("spare {} cannot take node rank {}'s place: {}", spare, node, why));
+    // The run's end, if it comes to that, is the lost node's (its code: the
+    // backend's word on it once the attempt was over), with what followed.
+    auto end = lost_ends[node];
+    if (outcome.end.kind == env::JobEnd::Kind::NodeLost && outcome.end.host == end.host) end = outcome.end;
+    end.replaced = false;
+    auto followed = fmt::format("; spare {} could not take its place: {}", spare, why);
+    end.reason += followed;
     bool joining_attempt = in_attempt.erase(node) > 0;
     if (joining_attempt ? replace_in_attempt(node, end) : replace(node, end)) return;
+    if (no_spare && no_spare->first == end.host) no_spare->second.insert(0, followed);
     replacing.erase(node);
     node_state[node] = NodeState::Lost;  // nothing of it will report
     control->stop_for_good(end, control->stop_signal());
