@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import signal
+import subprocess
 import time
 
 import pytest
@@ -172,3 +173,40 @@ def test_a_spare_that_cannot_take_the_place_is_said_and_the_run_ends_with_none_l
     assert f"node {b.addr} was lost" in err and "killed by SIGKILL" in err, err
     assert f"; spare {c.addr} could not take its place: " in err, err
     assert "no spare is left to take its place (--spares 1, all used)" in err, err
+
+
+def test_ctrl_c_while_a_spare_is_still_connecting_ends_at_once_and_leaves_nothing(sgpu, tmp_path):
+    # The spare's ssh never connects (a ProxyCommand that never answers); attempt 0 is over and attempt 1 waits
+    # for it. Ctrl-C ends the run then, not after --ssh-connect-timeout, and stops the spare's ssh and its proxy.
+    with SshHosts(2, host_env={0: WITH_SGPU, 1: WITH_SGPU}) as hosts:
+        a, b = hosts.hosts
+        config = tmp_path / "ssh_config"
+        config.write_text("Host hanging\n  ProxyCommand sleep 4322\n\n" + pathlib.Path(hosts.ssh_config()).read_text())
+        argv = [sgpu.bin, "launch", "--backend", "ssh", "--ssh-config", str(config), "--ssh-option",
+                f"ControlPath={hosts.dir}/cm-%C", "--ssh-connect-timeout", "120", "--hosts",
+                f"{a.addr},{b.addr},hanging", "--nnodes", "2", "--nproc", "1", "--spares", "1", "--max-restarts", "1",
+                "--grace", "5s", *UP_THEN_SLEEP]
+        p = subprocess.Popen(argv, env=sgpu.env, cwd=sgpu.cwd, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        wait_for_ranks(p, 2)
+        kill_agent(b)
+        seen = []
+        for line in p.stderr:
+            seen.append(line)
+            if "spare hanging takes its place for attempt 1" in line:
+                break
+        else:
+            raise AssertionError(f"no spare was asked for: {''.join(seen)}")
+        deadline = time.monotonic() + 30  # attempt 0 torn down (A's rank gone); the spare's ssh still hangs
+        while any("sleep 300" in c for c in job_processes(a)):
+            assert time.monotonic() < deadline, job_processes(a)
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, err = p.communicate(timeout=60)
+        took = time.monotonic() - started
+        assert p.returncode == 130, "".join(seen) + err
+        assert took < 10, f"Ctrl-C took {took:.1f} s"
+        for h in hosts.hosts:
+            assert job_processes(h) == [], h.name
+        assert subprocess.run(["pgrep", "-f", "sleep 4322"], capture_output=True).returncode == 1
