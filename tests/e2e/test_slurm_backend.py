@@ -470,3 +470,57 @@ def test_preflight_inside_an_allocation_checks_every_nodes_gpus_first(slurm_clus
     assert re.search(r"preflight: failed in \d+\.\ds: node node\d+: GPU \d \(\S+\): 1 of 2 values wrong", res.stderr), \
         res.stderr
     assert not list(out.iterdir())
+
+
+def agent_on(node, marker):
+    """The pid of this test's sgpu agent on SLURM node `node` (every slurmd runs on this machine)."""
+    for pid in processes_with(marker):
+        try:
+            environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"SLURMD_NODENAME={node}".encode() in environ and b"\0agent\0" in cmdline:
+            return pid
+    return None
+
+
+@pytest.mark.parametrize("new_allocation", [False, True], ids=["inside-an-allocation", "a-new-allocation"])
+def test_a_lost_node_is_replaced_by_a_spare_node_of_the_allocation(slurm_cluster, cluster_env, sgpu, tmp_path,
+                                                                   new_allocation):
+    # --spares 1: the allocation holds a third node idle (inside one: salloc -k, so a lost node does not end
+    # it; a new one: sgpu's own salloc asks for 3 nodes with --no-kill). Node 1's agent is killed in attempt 0;
+    # attempt 1 runs on node 0 and the spare, in a step of its own, with the same WORLD_SIZE.
+    marker = f"{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(cluster_env, SGPU_TEST_MARK=marker)
+    job = ["--nnodes", 2, "--spares", 1, "--nproc", 1, "--max-restarts", 1, "--restart-backoff", "10ms", "--grace",
+           "5s", "--no-python", "sh", "-c",
+           'echo "up $RANK attempt $TORCHELASTIC_RESTART_COUNT on $SLURMD_NODENAME"; '
+           '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exec sleep 600; true']
+    if new_allocation:
+        argv = sgpu_cmd(sgpu, "launch", "--backend", "slurm", "--include", "node[1-3]", *job)
+        proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    else:
+        proc = slurm_cluster.popen("salloc", "-k", "-w", "node[1-3]", *sgpu_cmd(sgpu, "launch", *job), env=env)
+    try:
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if sum("attempt 0" in seen for seen in out) == 2:
+                break
+        lost = next(line.split()[-1] for line in out if "up 1 attempt 0" in line)
+        pid = agent_on(lost, f"SGPU_TEST_MARK={marker}")
+        assert pid, out
+        os.kill(pid, signal.SIGKILL)
+        rest, err = proc.communicate(timeout=120)
+        stdout = "".join(out) + rest
+        assert proc.returncode == 0, err
+        assert f"node {lost} (node rank 1) was lost; spare node3 takes its place for attempt 1" in err, err
+        assert "up 0 attempt 1 on node1" in stdout and "up 1 attempt 1 on node3" in stdout, stdout
+        summary = newest_summary(env)
+        assert [r["host"] for r in summary["ranks"]] == ["node1", "node3"]
+        assert [e["host"] for e in summary["excluded"]] == [lost]
+        assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
+    finally:
+        proc.kill()

@@ -114,7 +114,8 @@ def test_spares_in_the_plan_and_clear_errors(sgpu):
     assert res.returncode == 2 and "add --max-restarts N" in res.stderr, res.stderr
     res = sgpu.run("launch", "--nproc", 1, "--spares", 1, "--max-restarts", 1, "--no-python", "/bin/true")
     assert res.returncode == 2, res.stderr
-    assert "--spares 1: spare nodes are held by --backend ssh for now, not by the local backend" in res.stderr
+    assert "--spares 1: spare nodes are held by --backend ssh, --backend slurm for now, not by the local backend" \
+        in res.stderr
 
 
 def test_a_node_whose_gate_refuses_the_next_attempt_is_replaced_by_a_spare_in_that_attempt(sgpu, tmp_path):

@@ -188,3 +188,32 @@ TEST_CASE("launcher::plan_slurm_job with --include/--exclude") {
     }
   }
 }
+
+TEST_CASE("launcher::plan_slurm_job with --spares") {
+  auto s = job();
+  s.spares = 1;
+  SUBCASE("inside an allocation: the nodes after the job's are held") {
+    auto p = plan_slurm_job(s, allocation({"n1", "n2", "n3"}));
+    CHECK(p.nnodes == 2);  // without --nodes: every node but the spares
+    CHECK(p.nodes == Args{"n1", "n2"});
+    CHECK(p.spare_nodes == Args{"n3"});
+    s.nodes = 3;
+    s.origins["resources.nodes"] = "--nodes 3";
+    CHECK_THROWS_WITH_AS(plan_slurm_job(s, allocation({"n1", "n2", "n3"})),
+                         "--spares 1: SLURM job 42 has 3 usable nodes (n[1-3]), and the job needs 3 beside its "
+                         "spares; ask for more with salloc/sbatch -N",
+                         sgpu::Error);
+  }
+  SUBCASE("a new allocation asks for the spares too, and that a failed node not end it") {
+    s.nodes = 2;
+    s.origins["resources.nodes"] = "--nodes 2";
+    auto p = plan_slurm_job(s, std::nullopt);
+    CHECK(p.nnodes == 2);
+    CHECK(p.spares == 1);
+    CHECK(p.request.nodes == 3);
+    CHECK(p.request.no_kill);
+    auto argv = sgpu::launcher::slurm::salloc_argv(p.request);
+    CHECK(std::find(argv.begin(), argv.end(), "--no-kill") != argv.end());
+    CHECK(std::find(argv.begin(), argv.end(), "--nodes=3") != argv.end());
+  }
+}

@@ -46,6 +46,11 @@ class SlurmBackend : public Backend {
                          : allocation_ && !plan_.nodes.empty()    ? plan_.nodes.front()
                                                                   : "<SLURM node 0>";
     layout.notes = plan_.notes;
+    if (allocation_)
+      layout.spares = plan_.spare_nodes;
+    else
+      for (int k = 0; k < plan_.spares; ++k)
+        layout.spares.push_back(fmt::format("SLURM node {} (allocated at launch)", plan_.nnodes + k));
     return layout;
   }
 
@@ -76,9 +81,9 @@ int offer(const JobSpec& spec, const env::Environment& inherited) {
 
 // `sgpu agent --slurm-step`: node rank, name and the launcher's address from srun.
 void configure_agent(AgentOptions& o, const env::Environment& inherited) {
-  if (o.node_rank) throw Error("--slurm-step takes the node rank from SLURM_NODEID; drop --node-rank");
   auto id = slurm::slurm_step_identity(inherited);
-  o.node_rank = id.node_rank;
+  // A spare's own step (--spares) runs on one node and names the node rank it takes over.
+  if (!o.node_rank) o.node_rank = id.node_rank;
   if (o.node_name.empty()) o.node_name = id.node_name;
   // SLURM signals a step's tasks more than once (its step daemon, then srun
   // passing on its own): the second is no user's second Ctrl-C.
@@ -96,6 +101,7 @@ void configure_agent(AgentOptions& o, const env::Environment& inherited) {
 BackendInfo slurm_backend_info() {
   return {.name = "slurm",
           .flag_name = "slurm",
+          .can = {.spare_nodes = true},
           .keys = slurm::spec_keys,
           .offer = offer,
           .make = []() -> std::unique_ptr<Backend> { return std::make_unique<SlurmBackend>(); },

@@ -101,6 +101,7 @@ std::vector<std::string> salloc_argv(const SlurmRequest& r) {
   add("exclude", r.exclude);
   add("nodelist", r.nodelist);
   add("signal", r.signal);
+  if (r.no_kill) argv.emplace_back("--no-kill");
   argv.insert(argv.end(), r.extra_args.begin(), r.extra_args.end());
   argv.insert(argv.end(), {"--kill-command=TERM", "--", "/bin/sh", "-c",
                            fmt::format("read code; exit ${{code:-{}}}", kSallocHoldNoCode)});

@@ -44,6 +44,8 @@ struct SlurmRequest {
   std::vector<std::string> extra_args;  // [slurm] extra_args, as they are
   // --signal-before as SLURM's --signal=SIG@SECONDS (slurm_signal), "" for none.
   std::string signal;
+  // --spares: a node that fails does not end the allocation (salloc --no-kill).
+  bool no_kill = false;
 };
 
 // SLURM's --signal for sgpu's --signal-before `signal`, `before` the run's

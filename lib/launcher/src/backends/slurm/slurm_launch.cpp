@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -61,7 +62,11 @@ struct SlurmRun {
   std::optional<Error> wait_error;
 
   ClusterJob* job = nullptr;
-  std::unique_ptr<AgentStepProcess> step;
+  // steps[0]: the job's agents, one task per node; then one per spare that
+  // took a lost node's place (--spares). step_of[k]: the step running node k.
+  std::vector<std::unique_ptr<AgentStepProcess>> steps;
+  std::vector<std::size_t> step_of;
+  std::deque<std::string> spares;  // --spares: the allocation's nodes held for a lost one
   std::ofstream log;
   std::vector<std::string> step_errors;
   std::string slurm_said;
@@ -124,6 +129,12 @@ struct SlurmRun {
                           return;
                         }
                         nodes = slurm::expand_hostlist(list, "squeue's node list");
+                        // --spares: the allocation's last nodes are held, not run on.
+                        auto job_nodes = static_cast<std::size_t>(plan.nnodes);
+                        if (nodes.size() > job_nodes) {
+                          spares.assign(nodes.begin() + static_cast<std::ptrdiff_t>(job_nodes), nodes.end());
+                          nodes.resize(job_nodes);
+                        }
                         nodes_known = true;
                         notice(fmt::format("SLURM job {} is running on {}", job_id, list));
                       });
@@ -242,10 +253,42 @@ struct SlurmRun {
     auto environment = slurm::agent_srun_environment(in.inherited);
     for (const auto& [k, v] : cluster.agent_environment()) environment[k] = v;
     write_log("sgpu: " + env::shell_join(argv));
+    step_of.assign(nodes.size(), 0);
+    add_step(argv, environment);
+  }
+
+  void add_step(const std::vector<std::string>& argv, const env::Environment& environment) {
+    auto index = steps.size();
     AgentStepProcess::Events ev;
     ev.line = [this](const slurm::SrunLine& parsed, const std::string& line) { on_step_line(parsed, line); };
-    ev.exited = [this](int status) { on_step_exit(status); };
-    step = std::make_unique<AgentStepProcess>(io, argv, environment, in.cwd, std::move(ev));
+    ev.exited = [this, index](int status) { on_step_exit(index, status); };
+    steps.push_back(std::make_unique<AgentStepProcess>(io, argv, environment, in.cwd, std::move(ev)));
+  }
+
+  // ClusterOptions::replace_node (--spares): an agent on the next spare node,
+  // in a step of its own, asking for the lost node's rank.
+  std::optional<std::string> replace_node(int node_rank) {
+    if (spares.empty() || run_over || !job) return std::nullopt;
+    auto spare = spares.front();
+    spares.pop_front();
+    auto k = static_cast<std::size_t>(node_rank);
+    std::vector<std::string> agent = {in.self_exe};
+    for (auto& a : job->agent_args(rendezvous::local_hostname(), node_rank, spare)) agent.push_back(std::move(a));
+    agent.emplace_back("--slurm-step");
+    slurm::AgentStep s{job_id, {spare}, cpus_per_task, {}};
+    auto argv = slurm::agent_srun_argv(s, agent);
+    auto environment = slurm::agent_srun_environment(in.inherited);
+    for (const auto& [name, value] : job->agent_environment()) environment[name] = value;
+    write_log("sgpu: " + env::shell_join(argv));
+    nodes[k] = spare;  // SLURM's word on that node now speaks of node_rank
+    step_of[k] = steps.size();
+    try {
+      add_step(argv, environment);
+    } catch (const Error& e) {
+      notice(fmt::format("cannot start an agent on spare {}: {}", spare, e.what()));
+      return std::nullopt;
+    }
+    return spare;
   }
 
   void on_step_line(const slurm::SrunLine& l, const std::string& line) {
@@ -285,8 +328,8 @@ struct SlurmRun {
     }
   }
 
-  void on_step_exit(int status) {
-    timer.cancel();
+  void on_step_exit(std::size_t index, int status) {
+    if (index == 0) timer.cancel();
     // How the step ended, beside every line srun wrote: with the agents'
     // "Exited with exit code N", what a user compares with sgpu's own code.
     write_log(fmt::format("sgpu: srun exited: {}", env::ExitStatus::from_wait_status(status).describe()));
@@ -295,7 +338,8 @@ struct SlurmRun {
     auto why = step_errors.empty() ? fmt::format("srun ended ({}) before its agent reported",
                                                  env::ExitStatus::from_wait_status(status).describe())
                                    : fmt::format("srun: {}", join(step_errors, "; "));
-    for (std::size_t k = 0; k < nodes.size(); ++k) job->node_failed(static_cast<int>(k), why);
+    for (std::size_t k = 0; k < nodes.size(); ++k)
+      if (step_of[k] == index) job->node_failed(static_cast<int>(k), why);
   }
 
   // ClusterOptions::refine_end: an attempt that did not complete may be
@@ -360,14 +404,20 @@ struct SlurmRun {
   // node SLURM has not yet declared dead is stopped.
   void on_run_over() {
     run_over = true;
-    if (!step || !step->running()) return;
+    auto running = [this] {
+      return std::any_of(steps.begin(), steps.end(), [](const auto& st) { return st->running(); });
+    };
+    if (!running()) return;
     timer.expires_after(kStepEndWait);
-    timer.async_wait([this](boost::system::error_code ec) {
-      if (ec || !step->running()) return;
-      step->signal(SIGTERM);
+    timer.async_wait([this, running](boost::system::error_code ec) {
+      if (ec || !running()) return;
+      for (const auto& st : steps)
+        if (st->running()) st->signal(SIGTERM);
       timer.expires_after(kStepEndWait);
       timer.async_wait([this](boost::system::error_code ec2) {
-        if (!ec2) step->signal(SIGKILL);
+        if (ec2) return;
+        for (const auto& st : steps)
+          if (st->running()) st->signal(SIGKILL);
       });
     });
   }
@@ -401,6 +451,7 @@ JobOutcome SlurmSession::run(const RunStart& start, JobHost& host) {
   if (allocation) {
     run.job_id = allocation->job_id;
     run.nodes = plan.nodes;
+    run.spares.assign(plan.spare_nodes.begin(), plan.spare_nodes.end());
     if (!allocation->cpus_per_node.empty())
       run.cpus_per_task =
           *std::min_element(allocation->cpus_per_node.begin(), allocation->cpus_per_node.begin() + plan.nnodes);
@@ -420,6 +471,8 @@ JobOutcome SlurmSession::run(const RunStart& start, JobHost& host) {
   copts.on_end = [&run] { run.on_run_over(); };
   copts.refine_end = [&run](env::JobEnd& end, std::function<void()> settled) { run.refine(end, std::move(settled)); };
   copts.run = start;
+  copts.spares = static_cast<int>(run.spares.size());
+  copts.replace_node = [&run](int node_rank, const std::string&) { return run.replace_node(node_rank); };
   if (in.spec.signal_before) copts.end_by = run.allocation_end();
   ClusterJob job(s.io, plan.node_spec, copts, in.cwd, host);
   run.start_step(job);

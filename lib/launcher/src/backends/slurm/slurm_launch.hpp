@@ -35,10 +35,12 @@ struct SlurmLaunch : LaunchContext {
 // Where the job runs and what each node runs: pure, for the checks and tests.
 struct SlurmPlan {
   int nnodes = 1;
-  std::vector<std::string> nodes;  // inside an allocation: the nodes used, node 0 first
-  JobSpec node_spec;               // what every agent runs
-  slurm::SlurmRequest request;     // a new allocation's (outside one)
-  std::vector<std::string> notes;  // settings that had no effect, said once
+  std::vector<std::string> nodes;        // inside an allocation: the nodes used, node 0 first
+  int spares = 0;                        // --spares: nodes beyond `nnodes` held for a lost one
+  std::vector<std::string> spare_nodes;  // inside an allocation: those nodes
+  JobSpec node_spec;                     // what every agent runs
+  slurm::SlurmRequest request;           // a new allocation's (outside one)
+  std::vector<std::string> notes;        // settings that had no effect, said once
 };
 // `allocation`: the one sgpu runs in, if any. Throws sgpu::Error naming the
 // flag (or spec key) at fault.

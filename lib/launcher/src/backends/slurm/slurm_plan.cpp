@@ -82,7 +82,14 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<slurm::SlurmAl
                                   list == &include ? spec.include : spec.exclude, allocation->job_id, n,
                                   slurm::compress_hostlist(allocation->nodes)));
     auto have = static_cast<int>(usable.size());
-    plan.nnodes = nodes_given ? spec.nodes : have;
+    plan.nnodes = nodes_given ? spec.nodes : have - spec.spares;
+    if (spec.spares > 0 && (plan.nnodes < 1 || plan.nnodes + spec.spares > have))
+      throw Error(
+          fmt::format("{}: SLURM job {} has {} usable node{} ({}), and the job needs {} beside its spares; "
+                      "ask for more with salloc/sbatch -N",
+                      where_set(spec, "resources.spares", fmt::format("--spares {}", spec.spares)), allocation->job_id,
+                      have, have == 1 ? "" : "s", slurm::compress_hostlist(usable), nodes_given ? spec.nodes : 1),
+          kExitUsage);
     auto filtered = usable.size() != allocation->nodes.size();
     if (plan.nnodes > have || have == 0)
       throw Error(fmt::format("{}: SLURM job {} has {} node{} ({}){}; ask for more with salloc/sbatch -N",
@@ -91,6 +98,7 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<slurm::SlurmAl
                               slurm::compress_hostlist(allocation->nodes),
                               filtered ? fmt::format(", {} left after --include/--exclude", have) : ""));
     plan.nodes.assign(usable.begin(), usable.begin() + plan.nnodes);
+    plan.spare_nodes.assign(usable.begin() + plan.nnodes, usable.begin() + plan.nnodes + spec.spares);
     if (filtered) {
       std::vector<std::string> left_out;
       for (const auto& n : allocation->nodes)
@@ -100,11 +108,12 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<slurm::SlurmAl
     }
   } else {
     plan.nnodes = spec.nodes;
-    if (!include.empty() && static_cast<int>(include.size()) != plan.nnodes)
+    if (!include.empty() && static_cast<int>(include.size()) != plan.nnodes + spec.spares)
       throw Error(
           fmt::format("--include {}: a new allocation takes exactly the nodes named (salloc --nodelist), and "
-                      "it names {} for {}; name {} or use --exclude",
-                      spec.include, include.size(), nodes_where, plan.nnodes));
+                      "it names {} for {}{}; name {} or use --exclude",
+                      spec.include, include.size(), nodes_where,
+                      spec.spares > 0 ? fmt::format(" and --spares {}", spec.spares) : "", plan.nnodes + spec.spares));
     for (const auto& n : include)
       if (named(exclude, n))
         throw Error(fmt::format("--include {} and --exclude {} both name {}", spec.include, spec.exclude, n));
@@ -115,13 +124,15 @@ SlurmPlan plan_slurm_job(const JobSpec& spec, const std::optional<slurm::SlurmAl
   std::optional<int> gpus_per_node = spec.gpus_per_node;
   if (spec.gpus) gpus_per_node = *spec.gpus / plan.nnodes;
 
+  plan.spares = spec.spares;
   plan.node_spec = spec;
   plan.node_spec.nodes = plan.nnodes;  // every agent plans its own node's share of the job
 
   if (!allocation) {
     auto& r = plan.request;
     const auto& s = slurm::settings(spec);
-    r.nodes = plan.nnodes;
+    r.nodes = plan.nnodes + spec.spares;  // the spares held idle in the same allocation
+    r.no_kill = spec.spares > 0;          // a failed node must not end it: a spare takes its place
     r.gpus_per_node = gpus_per_node;
     if (spec.nproc) r.cpus_per_node = *spec.nproc;  // a CPU per rank
     r.partition = s.partition;
