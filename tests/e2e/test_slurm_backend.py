@@ -524,3 +524,41 @@ def test_a_lost_node_is_replaced_by_a_spare_node_of_the_allocation(slurm_cluster
         assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
     finally:
         proc.kill()
+
+
+def test_with_no_spare_sgpus_own_allocation_asks_slurm_for_a_node_in_the_lost_ones_place(slurm_cluster, cluster_env,
+                                                                                          sgpu, tmp_path):
+    # Submit mode, no --spares: node 1's agent is killed in attempt 0; sgpu asks SLURM for one more node, not
+    # node2, as a job of its own, and attempt 1 runs there; both allocations are released at the end.
+    marker = f"{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(cluster_env, SGPU_TEST_MARK=marker)
+    argv = sgpu_cmd(sgpu, "launch", "--backend", "slurm", "--include", "node[1-2]", "--nnodes", 2, "--nproc", 1,
+                    "--max-restarts", 1, "--restart-backoff", "10ms", "--grace", "5s", "--no-python", "sh", "-c",
+                    'echo "up $RANK attempt $TORCHELASTIC_RESTART_COUNT on $SLURMD_NODENAME"; '
+                    '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exec sleep 600; true')
+    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if sum("attempt 0" in seen for seen in out) == 2:
+                break
+        pid = agent_on("node2", f"SGPU_TEST_MARK={marker}")
+        assert pid, out
+        os.kill(pid, signal.SIGKILL)
+        rest, err = proc.communicate(timeout=120)
+        stdout = "".join(out) + rest
+        assert proc.returncode == 0, err
+        assert "node node2 (node rank 1) was lost; a node of a new SLURM allocation takes its place for attempt 1" \
+            in err, err
+        m = re.search(r"SLURM job (\d+) is running on (node\d+): it takes node2's place", err)
+        assert m, err
+        replacement_job, node = m.groups()
+        assert node != "node2" and replacement_job != job_of(err)
+        assert f"up 1 attempt 1 on {node}" in stdout, stdout
+        summary = newest_summary(env)
+        assert [r["host"] for r in summary["ranks"]] == ["node1", node]
+        assert job_state(slurm_cluster, replacement_job)[0] in ("COMPLETED", "GONE"), err  # released
+        assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
+    finally:
+        proc.kill()

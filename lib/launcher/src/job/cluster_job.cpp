@@ -119,7 +119,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       end_by = std::chrono::duration_cast<std::chrono::seconds>(options.end_by->time_since_epoch()).count();
     so.job = encode_job({spec, cwd, added, end_by});
     so.master_addr = options.master_addr;
-    so.readmit = options.replace_node && options.spares > 0;
+    so.readmit = options.replace_node && (options.spares > 0 || options.replacements);
     server = std::make_unique<rdzv::RendezvousServer>(io, options.listen, secret, so, *this);
   }
 
@@ -353,6 +353,13 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
 
   void on_node_lost(std::uint32_t node, const std::string& why) override { lose(node, why, std::nullopt); }
 
+  // What the backend's replace_node returned: a spare's name ("spare c"),
+  // or, with a space in it, what it asked for while no node is known yet
+  // ("a node of a new SLURM allocation").
+  static std::string spare_label(const std::string& spare) {
+    return spare.find(' ') == std::string::npos ? "spare " + spare : spare;
+  }
+
   std::vector<NodePlacement> placement() const {
     std::vector<NodePlacement> out;
     for (const auto& n : nodes)
@@ -395,8 +402,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     end.replaced = true;
     auto next = control->attempt() + 1;
     if (!replacing.contains(node)) lost_ends[node] = end;
-    options.notice(fmt::format("node {} (node rank {}) was lost; spare {} takes its place for attempt {}", lost_name,
-                               node, *spare, next));
+    options.notice(fmt::format("node {} (node rank {}) was lost; {} takes its place for attempt {}", lost_name, node,
+                               spare_label(*spare), next));
     if (!replacing.contains(node)) {
       Exclusion e{lost_name, -1, fmt::format("the node was lost: {}", end.reason), next};
       outcome.excluded.push_back(e);
@@ -415,7 +422,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     it->second.expires_after(to_ms(options.join_timeout));
     it->second.async_wait([this, node, spare](boost::system::error_code ec) {
       if (ec) return;
-      on_replacement_failed(node, fmt::format("spare {} did not join within {} (--join-timeout)", spare,
+      on_replacement_failed(node, fmt::format("{} did not join within {} (--join-timeout)", spare_label(spare),
                                               env::format_duration(options.join_timeout)));
     });
   }
@@ -426,8 +433,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   // wait for the spare's in their own rendezvous (init_process_group), and
   // no restart is spent. Not node 0, which MASTER_ADDR names.
   bool replace_in_attempt(std::uint32_t node, const env::JobEnd& end) {
-    if (!options.replace_node || options.spares == 0 || node == 0 || !started || between_attempts ||
-        control->stopping())
+    if (!options.replace_node || (options.spares == 0 && !options.replacements) || node == 0 || !started ||
+        between_attempts || control->stopping())
       return false;
     const auto& n = nodes[node];
     for (auto r = n.rank_base; r < n.rank_base + n.local_ranks; ++r)
@@ -437,8 +444,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     if (!spare) return false;
     auto attempt = control->attempt();
     if (!replacing.contains(node)) lost_ends[node] = end;
-    options.notice(fmt::format("node {} (node rank {}) could not start attempt {}; spare {} takes its place in it",
-                               lost_name, node, attempt, *spare));
+    options.notice(fmt::format("node {} (node rank {}) could not start attempt {}; {} takes its place in it", lost_name,
+                               node, attempt, spare_label(*spare)));
     if (!replacing.contains(node)) {
       Exclusion e{lost_name, -1, fmt::format("the node could not start attempt {}: {}", attempt, end.reason), attempt};
       outcome.excluded.push_back(e);
@@ -481,13 +488,13 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     auto it = replacing.find(node);
     if (finished || it == replacing.end()) return;
     auto spare = nodes[node].name;
-    options.notice(fmt::format("spare {} cannot take node rank {}'s place: {}", spare, node, why));
+    options.notice(fmt::format("{} cannot take node rank {}'s place: {}", spare_label(spare), node, why));
     // The run's end, if it comes to that, is the lost node's (its code: the
     // backend's word on it once the attempt was over), with what followed.
     auto end = lost_ends[node];
     if (outcome.end.kind == env::JobEnd::Kind::NodeLost && outcome.end.host == end.host) end = outcome.end;
     end.replaced = false;
-    auto followed = fmt::format("; spare {} could not take its place: {}", spare, why);
+    auto followed = fmt::format("; {} could not take its place: {}", spare_label(spare), why);
     end.reason += followed;
     bool joining_attempt = in_attempt.erase(node) > 0;
     if (joining_attempt ? replace_in_attempt(node, end) : replace(node, end)) return;

@@ -66,7 +66,17 @@ struct SlurmRun {
   // took a lost node's place (--spares). step_of[k]: the step running node k.
   std::vector<std::unique_ptr<AgentStepProcess>> steps;
   std::vector<std::size_t> step_of;
+  static constexpr std::size_t kNoStep = static_cast<std::size_t>(-1);
   std::deque<std::string> spares;  // --spares: the allocation's nodes held for a lost one
+  // Submit mode, no spare left: a one-node allocation of its own for each
+  // lost node (its job id, its salloc), asked for as the node is lost.
+  struct Replacement {
+    int node_rank = 0;
+    std::string lost;
+    std::unique_ptr<SallocHold> hold;
+  };
+  std::vector<Replacement> replacements;
+  std::vector<std::string> lost_nodes;  // every lost node: no replacement allocation may land there
   std::ofstream log;
   std::vector<std::string> step_errors;
   std::string slurm_said;
@@ -75,6 +85,7 @@ struct SlurmRun {
   bool scheduler_stopped = false;  // SLURM ended the job: time limit, scancel, preemption
   bool aborted = false;            // srun said SLURM aborted the step
   bool run_over = false;
+  bool replacement_refused = false;  // a replacement allocation failed: no other is asked for
 
   SlurmRun(asio::io_context& io_, const SlurmLaunch& launch, SlurmPlan p)
       : io(io_), in(launch), plan(std::move(p)), notice(launch.notice), timer(io_) {
@@ -187,11 +198,22 @@ struct SlurmRun {
 
   void release(int exit_code) {
     if (!hold) return;
+    for (auto& r : replacements) {
+      if (!r.hold || r.hold->ended()) continue;
+      if (r.hold->granted())
+        r.hold->release(exit_code);
+      else
+        r.hold->cancel();
+    }
     hold->release(exit_code);
     timer.expires_after(kReleaseWait);
     bool late = false;
     timer.async_wait([&](boost::system::error_code ec) { late = !ec; });
-    while (!hold->ended() && !late) io.run_one();
+    auto all_ended = [this] {
+      return hold->ended() && std::all_of(replacements.begin(), replacements.end(),
+                                          [](const Replacement& r) { return !r.hold || r.hold->ended(); });
+    };
+    while (!all_ended() && !late) io.run_one();
     timer.cancel();
     if (late) notice(fmt::format("salloc has not released SLURM job {} yet; scancel {} if it stays", job_id, job_id));
     io.restart();
@@ -218,6 +240,7 @@ struct SlurmRun {
   // --- the step ---
 
   int node_rank(const std::string& name) const {
+    if (name.empty()) return -1;  // a node rank waiting for its replacement's node is ""
     auto it = std::find(nodes.begin(), nodes.end(), name);
     return it == nodes.end() ? -1 : static_cast<int>(it - nodes.begin());
   }
@@ -268,14 +291,97 @@ struct SlurmRun {
   // ClusterOptions::replace_node (--spares): an agent on the next spare node,
   // in a step of its own, asking for the lost node's rank.
   std::optional<std::string> replace_node(int node_rank) {
-    if (spares.empty() || run_over || !job) return std::nullopt;
+    if (run_over || !job) return std::nullopt;
+    auto k = static_cast<std::size_t>(node_rank);
+    lost_nodes.push_back(nodes[k]);
+    if (spares.empty()) return replacement_allocation(node_rank);
     auto spare = spares.front();
     spares.pop_front();
+    if (!start_spare_step(node_rank, spare, job_id)) return std::nullopt;
+    return spare;
+  }
+
+  // No spare left in submit mode: SLURM is asked for one more node, not one
+  // of the lost ones, as a job of its own (the healthy nodes keep their
+  // place, and a one-node request is scheduled soonest). Once it runs, the
+  // node's agent starts in it as a spare's would. One per lost node; one
+  // that SLURM refuses or that never joins ends the replacements.
+  std::optional<std::string> replacement_allocation(int node_rank) {
+    if (!hold || replacement_refused) return std::nullopt;
+    for (auto& r : replacements)
+      if (r.node_rank == node_rank && r.hold && !r.hold->granted()) {
+        r.hold->cancel();  // the launcher gave up waiting for it (--join-timeout)
+        replacement_refused = true;
+        return std::nullopt;
+      }
+    auto request = plan.request;
+    request.nodes = 1;
+    request.nodelist.clear();
+    request.no_kill = true;
+    auto excluded = lost_nodes;
+    if (!plan.request.exclude.empty())
+      for (auto& n : slurm::expand_hostlist(plan.request.exclude, "--exclude")) excluded.push_back(std::move(n));
+    request.exclude = slurm::compress_hostlist(excluded);
+    auto index = replacements.size();
+    auto k = static_cast<std::size_t>(node_rank);
+    replacements.push_back({node_rank, nodes[k], nullptr});
+    // Until the new node is known, SLURM's word on the lost one (its task's
+    // end, its step's) no longer speaks of this node rank.
+    nodes[k].clear();
+    step_of[k] = kNoStep;
+    SallocHold::Events ev;
+    ev.pending = [this, index](const std::string& id) {
+      notice(fmt::format("SLURM job {} is pending: a node in {}'s place", id, replacements[index].lost));
+    };
+    ev.granted = [this, index](const std::string& id) { on_replacement_granted(index, id); };
+    ev.ended = [this, index](const SallocEnd& e) {
+      auto& r = replacements[index];
+      if (r.hold && r.hold->granted()) return;  // released with the run
+      replacement_refused = true;
+      auto why = e.errors.empty() ? e.last_line : join(e.errors, "; ");
+      if (!run_over)
+        job->node_failed(r.node_rank, fmt::format("SLURM did not grant an allocation in its place: {}", why));
+    };
+    ev.line = [this](const std::string& line) { write_log(line); };
+    try {
+      replacements[index].hold =
+          std::make_unique<SallocHold>(io, slurm::salloc_argv(request), in.inherited, in.cwd, std::move(ev));
+    } catch (const Error& e) {
+      notice(fmt::format("cannot ask SLURM for a node in {}'s place: {}", replacements[index].lost, e.what()));
+      replacement_refused = true;
+      return std::nullopt;
+    }
+    return std::string("a node of a new SLURM allocation");
+  }
+
+  void on_replacement_granted(std::size_t index, const std::string& id) {
+    run_slurm_command(io, {"squeue", "-h", "-j", id, "-o", "%N"}, in.inherited,
+                      [this, index, id](const std::string& out, int status) {
+                        auto& r = replacements[index];
+                        auto list = out.substr(0, out.find('\n'));
+                        if (run_over) return;
+                        if (status != 0 || list.empty()) {
+                          replacement_refused = true;
+                          job->node_failed(r.node_rank,
+                                           fmt::format("SLURM job {} started, but squeue did not say where", id));
+                          return;
+                        }
+                        auto node = slurm::expand_hostlist(list, "squeue's node list").front();
+                        notice(fmt::format("SLURM job {} is running on {}: it takes {}'s place", id, node, r.lost));
+                        if (!start_spare_step(r.node_rank, node, id)) {
+                          replacement_refused = true;
+                          job->node_failed(r.node_rank, fmt::format("cannot start an agent on {}", node));
+                        }
+                      });
+  }
+
+  // The agent of node `node_rank` on `node`, in a one-node step of SLURM job `in_job`.
+  bool start_spare_step(int node_rank, const std::string& spare, const std::string& in_job) {
     auto k = static_cast<std::size_t>(node_rank);
     std::vector<std::string> agent = {in.self_exe};
     for (auto& a : job->agent_args(rendezvous::local_hostname(), node_rank, spare)) agent.push_back(std::move(a));
     agent.emplace_back("--slurm-step");
-    slurm::AgentStep s{job_id, {spare}, cpus_per_task, {}};
+    slurm::AgentStep s{in_job, {spare}, cpus_per_task, {}};
     auto argv = slurm::agent_srun_argv(s, agent);
     auto environment = slurm::agent_srun_environment(in.inherited);
     for (const auto& [name, value] : job->agent_environment()) environment[name] = value;
@@ -286,9 +392,9 @@ struct SlurmRun {
       add_step(argv, environment);
     } catch (const Error& e) {
       notice(fmt::format("cannot start an agent on spare {}: {}", spare, e.what()));
-      return std::nullopt;
+      return false;
     }
-    return spare;
+    return true;
   }
 
   void on_step_line(const slurm::SrunLine& l, const std::string& line) {
@@ -472,6 +578,7 @@ JobOutcome SlurmSession::run(const RunStart& start, JobHost& host) {
   copts.refine_end = [&run](env::JobEnd& end, std::function<void()> settled) { run.refine(end, std::move(settled)); };
   copts.run = start;
   copts.spares = static_cast<int>(run.spares.size());
+  copts.replacements = run.hold != nullptr;  // sgpu's own allocation: SLURM can be asked for more
   copts.replace_node = [&run](int node_rank, const std::string&) { return run.replace_node(node_rank); };
   if (in.spec.signal_before) copts.end_by = run.allocation_end();
   ClusterJob job(s.io, plan.node_spec, copts, in.cwd, host);

@@ -77,9 +77,11 @@ struct ClusterOptions {
   // --spares: how many the backend holds, and how it starts one. A node lost
   // while a restart would follow is replaced: `replace_node` is called with
   // its node rank and name, starts an agent on a spare asking for that node
-  // rank (agent_args), and returns the spare's name; nullopt when none is
-  // left. Unset: a lost node ends the run.
+  // rank (agent_args), and returns the spare's name (or, with a space in it,
+  // what it asked for while no node is known yet: "a node of a new SLURM
+  // allocation"); nullopt when none is left. Unset: a lost node ends the run.
   int spares = 0;
+  bool replacements = false;  // beyond its spares, it can ask for a new node (SLURM's submit mode)
   std::function<std::optional<std::string>(int node_rank, const std::string& lost)> replace_node;
 };
 
