@@ -558,6 +558,7 @@ def test_with_no_spare_sgpus_own_allocation_asks_slurm_for_a_node_in_the_lost_on
         assert f"up 1 attempt 1 on {node}" in stdout, stdout
         summary = newest_summary(env)
         assert [r["host"] for r in summary["ranks"]] == ["node1", node]
+        assert [a["nodes"] for a in summary["attempts"]] == [["node1", "node2"], ["node1", node]]
         assert job_state(slurm_cluster, replacement_job)[0] in ("COMPLETED", "GONE"), err  # released
         assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
     finally:

@@ -67,6 +67,8 @@ def test_a_lost_node_is_replaced_by_a_spare_and_training_resumes_from_its_checkp
     assert summary["attempts"][0]["status"] == "node_lost"
     hosts_by_rank = [c.addr, kept.addr] if victim == 0 else [kept.addr, c.addr]
     assert [r["host"] for r in summary["ranks"]] == hosts_by_rank  # the lost node's rank ran on the spare
+    assert [a["nodes"] for a in summary["attempts"]] == [[kept.addr, lost.addr] if victim else [lost.addr, kept.addr],
+                                                         hosts_by_rank]
     (gone,) = summary["excluded"]
     assert gone["host"] == lost.addr and gone["gpu"] is None and gone["attempt"] == 1
     assert "the node was lost" in gone["reason"]
@@ -118,21 +120,25 @@ def test_spares_in_the_plan_and_clear_errors(sgpu):
         in res.stderr
 
 
-def test_a_node_whose_gate_refuses_the_next_attempt_is_replaced_by_a_spare_in_that_attempt(sgpu, tmp_path):
+@pytest.mark.parametrize("fault", ["xid", "ecc"])
+def test_a_node_whose_gate_refuses_the_next_attempt_is_replaced_by_a_spare_in_that_attempt(sgpu, tmp_path, fault):
     # Fake NVML on every host, 2 GPUs each, the job 2 per node. Attempt 0: rank 2 (host B's first) makes B's GPU 1
-    # report XID 79 (off the bus) and fails. Before attempt 1, B's gate leaves GPU 1 out and has no GPU to spare,
-    # so B cannot start it: spare C joins attempt 1 in B's place (no restart spent), with the same WORLD_SIZE.
+    # report XID 79 (off the bus), or a double-bit (uncorrectable) ECC error, and fails. Before attempt 1, B's gate
+    # leaves GPU 1 out and has no GPU to spare, so B cannot start it: spare C joins attempt 1 in B's place (no
+    # restart spent), with the same WORLD_SIZE.
     dirs = fake_libs()
     libs = os.pathsep.join(str(dirs[k]) for k in ("cuda", "nvml"))
     xids = [tmp_path / f"xids-{k}" for k in range(3)]
     for f in xids:
         f.write_text("")
-    host_env = {k: dict(WITH_SGPU, LD_LIBRARY_PATH=libs, SGPU_FAKE_DRIVER_GPUS="2",
-                        SGPU_FAKE_DRIVER_XID_FILE=str(xids[k])) for k in range(3)}
+    driver_file = "SGPU_FAKE_DRIVER_XID_FILE" if fault == "xid" else "SGPU_FAKE_DRIVER_ECC_FILE"
+    host_env = {k: dict(WITH_SGPU, LD_LIBRARY_PATH=libs, SGPU_FAKE_DRIVER_GPUS="2", **{driver_file: str(xids[k])})
+                for k in range(3)}
+    line = "1:79" if fault == "xid" else "1:2"
     job = ["--no-python", "/bin/sh", "-c",
            'echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT world $WORLD_SIZE"; '
            'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
-           f'if [ "$RANK" = 2 ]; then echo 1:79 >> {xids[1]}; exit 1; fi; exec sleep 30; fi']
+           f'if [ "$RANK" = 2 ]; then echo {line} >> {xids[1]}; exit 1; fi; exec sleep 30; fi']
     with SshHosts(3, host_env=host_env) as hosts:
         a, b, c = hosts.hosts
         res = launch(hosts, sgpu, "--hosts", ",".join(f"{h.addr}:2" for h in hosts.hosts), "--gpus", 4,
@@ -148,9 +154,11 @@ def test_a_node_whose_gate_refuses_the_next_attempt_is_replaced_by_a_spare_in_th
     summary = newest_summary(sgpu.env)
     assert [a_["attempt"] for a_ in summary["attempts"]] == [0, 1]  # one restart: the replacement spent none
     assert [r["host"] for r in summary["ranks"]] == [a.addr, a.addr, c.addr, c.addr]
+    assert [a_["nodes"] for a_ in summary["attempts"]] == [[a.addr, b.addr], [a.addr, c.addr]]
     gpu, node = summary["excluded"]
-    assert gpu == {"host": b.addr, "gpu": 1, "reason": "XID 79 (the GPU fell off the bus) during attempt 0",
-                   "attempt": 1}
+    reason = ("XID 79 (the GPU fell off the bus) during attempt 0" if fault == "xid"
+              else "2 uncorrectable ECC errors since the driver loaded")
+    assert gpu == {"host": b.addr, "gpu": 1, "reason": reason, "attempt": 1}
     assert node["host"] == b.addr and node["gpu"] is None and node["attempt"] == 1
     assert node["reason"].startswith("the node could not start attempt 1: ")
     assert "no spare GPU is left to take its place" in node["reason"]

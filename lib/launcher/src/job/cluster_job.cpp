@@ -85,6 +85,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   std::map<std::uint32_t, asio::steady_timer> replacing;
   std::set<std::uint32_t> in_attempt;  // of `replacing`: spares joining the attempt running (replace_in_attempt)
   bool record_held = false;
+  std::vector<std::string> attempt_hosts;  // by node rank, the attempt running's (summary.json's attempts[].nodes)
   std::map<std::uint32_t, env::JobEnd> lost_ends;  // by node rank: why the node a spare replaces was lost
   // A lost node no spare could replace: its host, and what its end says of
   // that (kept through the backend's word on the end, which rewrites the reason).
@@ -370,6 +371,8 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
 
   // Every rank's record, blank for an attempt, naming the node it runs on.
   void fresh_ranks() {
+    attempt_hosts.clear();
+    for (const auto& n : nodes) attempt_hosts.push_back(n.name);
     for (std::size_t r = 0; r < outcome.ranks.size(); ++r) {
       outcome.ranks[r] = RankRecord{};
       outcome.ranks[r].rank = static_cast<int>(r);
@@ -453,6 +456,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
     }
     nodes[node].name = *spare;
     for (auto r = n.rank_base; r < n.rank_base + n.local_ranks; ++r) outcome.ranks[r].host = *spare;
+    attempt_hosts[node] = *spare;
     in_attempt.insert(node);
     node_state[node] = NodeState::Running;  // the attempt waits for its ranks
     arm_spare(node, *spare, attempt);
@@ -618,7 +622,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
       return;
     }
     outcome.attempts.push_back(AttemptOutcome{control->attempt(), outcome.end, outcome.ranks, attempt_started,
-                                              Clock::now(), outcome.spawn_error});
+                                              Clock::now(), outcome.spawn_error, attempt_hosts});
     control->attempt_over([this](bool again) {
       between_attempts = false;
       if (again)

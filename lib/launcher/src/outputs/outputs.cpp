@@ -292,6 +292,7 @@ struct JobOutputs::Impl {
       }
       fill_ranks(attempt.ranks, a.ranks);
       attempt.root_cause = root_cause(attempt.ranks, a.end, a.spawn_error, last ? -1 : a.attempt, report.warnings);
+      attempt.nodes = a.nodes;
       report.attempts.push_back(std::move(attempt));
     }
     // The last attempt's root cause reads the same files as the run's: its

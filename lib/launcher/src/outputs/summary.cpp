@@ -1,5 +1,6 @@
 #include "sgpu/launcher/outputs/summary.hpp"
 
+#include <algorithm>
 #include <string_view>
 
 #include "sgpu/env/command.hpp"
@@ -91,12 +92,27 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
+// The nodes an attempt ran on, by node rank (`nodes`, several nodes) or, on
+// one node, its ranks' host: a spare that took a lost node's place
+// (--spares) shows in the attempts after it.
+json attempt_nodes(const std::vector<RankReport>& ranks, const std::vector<std::string>& nodes = {}) {
+  if (!nodes.empty()) return nodes;
+  json out = json::array();
+  std::vector<std::string> seen;
+  for (const auto& r : ranks)
+    if (std::find(seen.begin(), seen.end(), r.host) == seen.end()) {
+      seen.push_back(r.host);
+      out.push_back(r.host);
+    }
+  return out;
+}
+
 json attempt_json(int attempt, const env::JobEnd& end, int exit_code, Clock::time_point started,
-                  Clock::time_point ended, const json& root_cause) {
+                  Clock::time_point ended, const json& root_cause, json nodes) {
   return {{"attempt", attempt},          {"status", env::job_end_name(end.kind)},
           {"exit_code", exit_code},      {"started_at", iso_time(started)},
           {"ended_at", iso_time(ended)}, {"duration_s", duration_seconds(started, ended)},
-          {"root_cause", root_cause}};
+          {"nodes", std::move(nodes)},   {"root_cause", root_cause}};
 }
 }  // namespace
 
@@ -219,11 +235,12 @@ json summary_json(const RunReport& report, const json& spec) {
   auto root_cause = root_cause_json(report.root_cause, report.ranks, report.end);
   json attempts = json::array();
   for (const auto& a : report.attempts)
-    attempts.push_back(
-        attempt_json(a.attempt, a.end, a.exit_code, a.started, a.ended, root_cause_json(a.root_cause, a.ranks, a.end)));
+    attempts.push_back(attempt_json(a.attempt, a.end, a.exit_code, a.started, a.ended,
+                                    root_cause_json(a.root_cause, a.ranks, a.end), attempt_nodes(a.ranks, a.nodes)));
   // A run that does not restart (or a multi-node one) is its one attempt.
   if (attempts.empty())
-    attempts.push_back(attempt_json(0, report.end, report.exit_code, report.started, report.ended, root_cause));
+    attempts.push_back(attempt_json(0, report.end, report.exit_code, report.started, report.ended, root_cause,
+                                    attempt_nodes(report.ranks)));
   return {
       {"version", kSummaryVersion},
       {"run_id", report.run_id},

@@ -51,6 +51,7 @@ struct AttemptReport {
   Clock::time_point ended{};
   std::vector<RankReport> ranks;  // its ranks' pids and endings (results are the last attempt's only)
   std::optional<RootCause> root_cause;
+  std::vector<std::string> nodes;  // multi-node: each node rank's host; empty on one node
 };
 
 // The MLflow run the launch was tracked as (README "Experiment tracking").

@@ -70,6 +70,7 @@ struct AttemptOutcome {
   Clock::time_point started{};
   Clock::time_point ended{};
   std::string spawn_error;
+  std::vector<std::string> nodes{};  // multi-node: each node rank's host in this attempt; empty on one node
 };
 
 struct JobOutcome {
