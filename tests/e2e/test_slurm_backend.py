@@ -485,6 +485,16 @@ def agent_on(node, marker):
     return None
 
 
+def attempt_0_up(proc):
+    """sgpu's output until both ranks of attempt 0 said they are up."""
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if sum("attempt 0" in seen for seen in out) == 2:
+            return out
+    raise AssertionError(f"sgpu ended before both ranks started: {''.join(out)}")
+
+
 @pytest.mark.parametrize("new_allocation", [False, True], ids=["inside-an-allocation", "a-new-allocation"])
 def test_a_lost_node_is_replaced_by_a_spare_node_of_the_allocation(slurm_cluster, cluster_env, sgpu, tmp_path,
                                                                    new_allocation):
@@ -504,11 +514,7 @@ def test_a_lost_node_is_replaced_by_a_spare_node_of_the_allocation(slurm_cluster
     else:
         proc = slurm_cluster.popen("salloc", "-k", "-w", "node[1-3]", *sgpu_cmd(sgpu, "launch", *job), env=env)
     try:
-        out = []
-        for line in proc.stdout:
-            out.append(line)
-            if sum("attempt 0" in seen for seen in out) == 2:
-                break
+        out = attempt_0_up(proc)
         lost = next(line.split()[-1] for line in out if "up 1 attempt 0" in line)
         pid = agent_on(lost, f"SGPU_TEST_MARK={marker}")
         assert pid, out
@@ -538,11 +544,7 @@ def test_with_no_spare_sgpus_own_allocation_asks_slurm_for_a_node_in_the_lost_on
                     '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exec sleep 600; true')
     proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        out = []
-        for line in proc.stdout:
-            out.append(line)
-            if sum("attempt 0" in seen for seen in out) == 2:
-                break
+        out = attempt_0_up(proc)
         pid = agent_on("node2", f"SGPU_TEST_MARK={marker}")
         assert pid, out
         os.kill(pid, signal.SIGKILL)

@@ -1,5 +1,6 @@
 #include "tracking/mlflow_run.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -100,8 +101,10 @@ std::vector<Metric> end_metrics(const RunEnd& run) {
                                  {"sgpu.exit_code", static_cast<double>(run.exit_code), now, 0}};
   for (const auto& r : run.ranks)
     if (r.pid > 0) metrics.push_back({"sgpu.rank_duration_s", duration_seconds(r.started, r.ended), now, r.rank});
-  if (!run.excluded.empty())
-    metrics.push_back({"sgpu.excluded_gpus", static_cast<double>(run.excluded.size()), now, 0});
+  auto nodes = std::count_if(run.excluded.begin(), run.excluded.end(), [](const Exclusion& e) { return e.gpu < 0; });
+  auto gpus = static_cast<std::ptrdiff_t>(run.excluded.size()) - nodes;
+  if (gpus > 0) metrics.push_back({"sgpu.excluded_gpus", static_cast<double>(gpus), now, 0});
+  if (nodes > 0) metrics.push_back({"sgpu.excluded_nodes", static_cast<double>(nodes), now, 0});  // --spares
   return metrics;
 }
 

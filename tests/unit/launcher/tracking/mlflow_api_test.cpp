@@ -326,6 +326,8 @@ TEST_CASE("mlflow::end_tags and the excluded count: the GPUs the health gate lef
        "GPU 1: 2 uncorrectable ECC errors since the driver loaded (attempt 0 on)"},
       {{{"gpu-b", 3, "fell off the bus", 1}, {"gpu-a", 0, "held by pid 77 (python3)", 2}},
        "gpu-b GPU 3: fell off the bus (attempt 1 on)\ngpu-a GPU 0: held by pid 77 (python3) (attempt 2 on)"},
+      {{{"node2", -1, "the node was lost: its agent was killed by SIGKILL", 1}},
+       "node2: the node was lost: its agent was killed by SIGKILL (attempt 1 on)"},
   };
   for (const auto& row : rows) {
     CAPTURE(row.tag);
@@ -336,7 +338,8 @@ TEST_CASE("mlflow::end_tags and the excluded count: the GPUs the health gate lef
     CHECK(tags[0].first == "sgpu.excluded");
     CHECK(tags[0].second == row.tag);
     auto metrics = end_metrics(end);
-    REQUIRE(metrics.back().key == "sgpu.excluded_gpus");
+    bool node = row.excluded.front().gpu < 0;  // a lost node a spare replaced (--spares)
+    REQUIRE(metrics.back().key == (node ? "sgpu.excluded_nodes" : "sgpu.excluded_gpus"));
     CHECK(metrics.back().value == static_cast<double>(row.excluded.size()));
   }
 }
