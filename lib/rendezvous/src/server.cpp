@@ -500,14 +500,21 @@ int RendezvousServer::port() const { return impl_->bound_port; }
 
 void RendezvousServer::start() { impl_->start(); }
 
+// A spare readmitted during the run hears nothing of the attempt before its
+// own start (a signal, a question): it has no ranks yet, and its protocol
+// state takes only Restart.
+bool RendezvousServer::Impl::hears_run(const Peer* n) {
+  return n != nullptr && !(n->replacement && n->state < State::Running);
+}
+
 void RendezvousServer::send(std::uint32_t node_rank, const Message& message) {
-  if (node_rank < impl_->nodes.size() && impl_->nodes[node_rank] != nullptr)
+  if (node_rank < impl_->nodes.size() && Impl::hears_run(impl_->nodes[node_rank]))
     impl_->nodes[node_rank]->socket->send(message);
 }
 
 void RendezvousServer::broadcast(const Message& message) {
   for (auto* n : impl_->nodes)
-    if (n != nullptr) n->socket->send(message);
+    if (Impl::hears_run(n)) n->socket->send(message);
 }
 
 void RendezvousServer::restart(const Restart& restart) {

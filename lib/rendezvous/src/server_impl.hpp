@@ -124,6 +124,7 @@ struct RendezvousServer::Impl {
   void on_rejoin(Peer& p, Join&& join);  // readmit: during the run, a spare in a lost node's place
   void on_replacement_preparing(Peer& p, Message&& m);
   void replacement_failed(Peer& p, const std::string& why);
+  static bool hears_run(const Peer* n);  // not a spare still joining: it takes only its Restart
   void assign();
   std::optional<std::string> dropped_joins() const;  // said once all joined, or in the join timeout's error
   void say_dropped_joins();

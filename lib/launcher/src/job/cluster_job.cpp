@@ -324,7 +324,7 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   std::vector<InquiryNode> running_nodes() const {
     std::vector<InquiryNode> out;
     for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (node_state[i] == NodeState::Running)
+      if (node_state[i] == NodeState::Running && !in_attempt.contains(static_cast<std::uint32_t>(i)))  // no ranks yet
         out.push_back({static_cast<std::uint32_t>(i), nodes[i].name, static_cast<int>(nodes[i].rank_base),
                        static_cast<int>(nodes[i].local_ranks)});
     return out;
