@@ -657,6 +657,10 @@ struct ClusterJob::Impl : rdzv::ServerHandler, JobControl::Actions {
   }
 
   void stop_waiting() {
+    // No spare is waited for any more: their --join-timeout timers would hold the loop (and run()) for minutes.
+    replacing.clear();
+    in_attempt.clear();
+    record_held = false;
     if (options.on_end) std::exchange(options.on_end, nullptr)();
     if (std::exchange(stacks_offered, false)) host.offer_stacks(nullptr);
     control->finish();

@@ -293,7 +293,7 @@ struct SlurmRun {
   std::optional<std::string> replace_node(int node_rank) {
     if (run_over || !job) return std::nullopt;
     auto k = static_cast<std::size_t>(node_rank);
-    lost_nodes.push_back(nodes[k]);
+    if (!nodes[k].empty()) lost_nodes.push_back(nodes[k]);  // "": a replacement's node, never known
     if (spares.empty()) return replacement_allocation(node_rank);
     auto spare = spares.front();
     spares.pop_front();
