@@ -53,16 +53,6 @@ def all_running(events, attempt):
     return max(stamp(e) for e in events if e["event"] == "rank_started" and e["attempt"] == attempt)
 
 
-def agent_pid(host):
-    for pid in host.pids():
-        try:
-            if b"\0agent\0" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-        except OSError:
-            continue
-    return None
-
-
 def one_run(argv, env, hosts, lose_node):
     """Seconds from the failure to attempt 1's ranks all running, or (None, why)."""
     p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -75,12 +65,12 @@ def one_run(argv, env, hosts, lose_node):
                 ups += line.rstrip().endswith("up")
                 if ups == 4:
                     break
-            pid = agent_pid(hosts.hosts[1])
-            if pid is None:
+            pids = hosts.hosts[1].agent_pids()
+            if not pids:
                 p.kill()
                 return None, "no agent on host B"
             lost_at = time.time()
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pids[0], signal.SIGKILL)
         _, err = p.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         p.kill()

@@ -42,6 +42,17 @@ class SshHost:
     def pids(self):
         return self.host.pids()
 
+    def agent_pids(self):
+        """The `sgpu agent` processes running on this host."""
+        found = []
+        for pid in self.pids():
+            try:
+                if b"\0agent\0" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                continue
+        return found
+
     def log(self):
         return pathlib.Path(self.log_path).read_text(errors="replace")
 

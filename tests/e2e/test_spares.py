@@ -22,7 +22,7 @@ CHECKPOINT_EXAMPLE = str(ROOT / "examples" / "ddp_checkpoint.py")
 
 
 def kill_agent(host):
-    agents = [pid for pid in host.pids() if b"\0agent\0" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()]
+    agents = host.agent_pids()
     assert agents, job_processes(host)
     os.kill(agents[0], signal.SIGKILL)
 

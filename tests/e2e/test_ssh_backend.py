@@ -268,11 +268,7 @@ def test_an_agent_killed_by_hand_ends_the_job_everywhere(sgpu, tmp_path):
                    wait=False)
         victim = hosts.hosts[1]
         wait_for_ranks(p, 4)
-        agents = []
-        for pid in victim.pids():
-            cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"\0agent\0" in cmd:
-                agents.append(pid)
+        agents = victim.agent_pids()
         assert agents, job_processes(victim)
         os.kill(agents[0], signal.SIGKILL)
         _, err = p.communicate(timeout=120)
