@@ -30,7 +30,8 @@ SIZES = (256, 1024, 2048, 4096, 16384)
 QUICK_SIZES = (256,)
 AIM_AGENTS, AIM_SECONDS = 2048, 1.0  # issue 5: 2048 agents started in under 1 s on this 2-core machine
 BIG_AIM_AGENTS, BIG_AIM_SECONDS, BIG_AIM_MIB = 16384, 2.0, 200  # issue 29: under 2 s, the launcher under 200 MiB
-SIM = "build/bench/rdzv_scale/sgpu_rdzv_sim"
+# The simulator of a developer build; scripts/test, which makes no such build, names the sanitized one.
+SIM = os.environ.get("SGPU_RDZV_SIM", "build/bench/rdzv_scale/sgpu_rdzv_sim")
 TORCH_FIGURE = ("For context only, torch's own figure: after making its rendezvous barrier and rank assignment "
                 "O(n), torchelastic ran at 4000 hosts \"in as little as 10 seconds down from 373 seconds\" "
                 "(pytorch/pytorch pull request 124982, 2024). That is a different machine, scale and measure (real "

@@ -170,6 +170,7 @@ with open(os.path.join(os.environ["OUT_DIR"], f"aff-{os.environ['RANK']}.json"),
 
 
 @needs_two_cpus
+@pytest.mark.xdist_group("slurm")  # the worker that holds the session's SLURM cluster
 def test_each_slurm_node_binds_its_own_ranks(slurm_cluster, sgpu_env, tmp_path):  # noqa: F811 (the fixture)
     # The SLURM test cluster (scripts/slurm-cluster) binds nothing itself
     # (task/none); each node's agent binds its ranks with its own topology.

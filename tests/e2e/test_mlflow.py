@@ -19,6 +19,9 @@ from conftest import python_program, sgpu_bin
 from mlflow_server import MlflowServer, venv_python
 from multinode import agent, free_port, make_secret_file, static_node
 
+# One worker holds the session's MLflow server (a session fixture is made once a worker).
+pytestmark = pytest.mark.xdist_group("mlflow")
+
 RANK = python_program("mlflow_rank.py")
 QUERY = python_program("mlflow_query.py")
 

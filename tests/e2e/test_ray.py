@@ -15,6 +15,10 @@ from mlflow_server import venv_python
 from multinode import free_port, make_secret_file, static_node, wait_for
 from slurm_cluster import slurm_cluster  # noqa: F401 (the session's cluster, a fixture)
 
+# One worker holds the session's SLURM cluster (under pytest-xdist, a session
+# fixture is made once a worker), and these tests look for Ray processes machine-wide.
+pytestmark = pytest.mark.xdist_group("slurm")
+
 RAY_NAMES = ("raylet", "gcs_server")
 
 

@@ -15,6 +15,9 @@ import pytest
 from conftest import ROOT, assert_one_exit_code, newest_summary, pid_alive, python_program, sgpu_bin, wait_for_files
 from slurm_cluster import GPUS_PER_NODE, slurm_cluster  # noqa: F401 (fixture)
 
+# One worker holds the session's SLURM cluster (under pytest-xdist, a session
+# fixture is made once a worker); the Ray tests look for Ray processes machine-wide.
+pytestmark = pytest.mark.xdist_group("slurm")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,7 +1,13 @@
 """The one-machine SLURM cluster (scripts/slurm-cluster) is a real one: jobs
 span nodes, allocations hold resources, and GPUs are scheduled as GRES."""
+import pytest
+
 from conftest import pid_alive
 from slurm_cluster import GPUS_PER_NODE, NODES, slurm_cluster  # noqa: F401 (fixture)
+
+# One worker holds the session's SLURM cluster (under pytest-xdist, a session
+# fixture is made once a worker); the Ray tests look for Ray processes machine-wide.
+pytestmark = pytest.mark.xdist_group("slurm")
 
 
 def test_status_lists_every_node_idle_with_its_gpus(slurm_cluster):
