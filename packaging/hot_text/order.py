@@ -65,6 +65,10 @@ def main():
     print("   Do not edit; run scripts/hot-text again after a change that moves the launch's code. */")
     print("SECTIONS\n{\n  .text.launch :\n  {")
     print("    *(.text.startup .text.startup.*)")
+    # zig's libc++, libc++abi and libunwind keep their functions that are not
+    # templates in one .text per object: theirs whole (270 KiB at most)
+    # rather than a 64 KiB window mapped around each of thirty places.
+    print("    *libc++.a:*(.text) *libc++abi.a:*(.text) *libunwind.a:*(.text)")
     for i in order:
         for n in names[i]:
             if not any(c in n for c in "*?[]\"\\ "):  # nothing a linker script would read as a pattern
