@@ -147,15 +147,16 @@ def write_pid_and(cmd):
     return f'echo $$ > "$OUT_DIR/pid-$RANK"; {cmd}'
 
 
-def read_pids(out, n):
+def read_pids(out, n, timeout=60):
+    """The pids the first n ranks wrote, once all wrote theirs (or those written by the deadline)."""
+    deadline = time.monotonic() + timeout
     pids = []
     for r in range(n):
-        for _ in range(100):
-            p = out / f"pid-{r}"
-            if p.exists() and p.read_text().strip():
-                pids.append(int(p.read_text()))
-                break
-            time.sleep(0.05)
+        p = out / f"pid-{r}"
+        while not (p.exists() and p.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if p.exists() and p.read_text().strip():
+            pids.append(int(p.read_text()))
     return pids
 
 
