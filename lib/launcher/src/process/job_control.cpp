@@ -169,8 +169,9 @@ void JobControl::stop(const env::JobEnd& cause, int sig) {
   actions_.signal_job(sig);
   if (finished_) return;  // on_stopping or signal_job found nothing left to wait for
   grace_timer_.expires_after(to_steady(options_.grace));
-  grace_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec && !finished_) actions_.kill_job();
+  grace_timer_.async_wait([this, attempt = attempt_](boost::system::error_code ec) {
+    // Only this attempt's teardown: a SIGKILL after a restart would end the next attempt's ranks.
+    if (!ec && !finished_ && stopping_ && attempt == attempt_) actions_.kill_job();
   });
 }
 
@@ -238,6 +239,9 @@ void JobControl::all_exited() {
 }
 
 void JobControl::attempt_over(std::function<void(bool again)> then) {
+  // Nothing of the attempt is left to kill. The Supervisor said so (all_exited);
+  // a ClusterJob whose lost node never reported its ranks' ends did not.
+  grace_timer_.cancel();
   if (!stopping_ || final_ || finished_) {
     then(false);
     return;

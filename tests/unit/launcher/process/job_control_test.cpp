@@ -96,3 +96,29 @@ TEST_CASE("launcher::JobControl signal_before and the stop signal") {
     control.finish();
   }
 }
+
+TEST_CASE("launcher::JobControl the grace of an attempt's teardown ends with that attempt") {
+  // A multi-node attempt ends without all_exited when a node was lost (its
+  // ranks never report): the SIGKILL due 30 s after that teardown's SIGTERM
+  // then fell on the next attempt's ranks once it had run that long.
+  boost::asio::io_context io;
+  Recorder job;
+  auto o = options(3600, 60);
+  o.grace = env::Seconds(0.1);
+  o.max_restarts = 1;
+  o.restart_backoff = env::Seconds(0.01);
+  JobControl control(io, o, job);
+  control.start();
+  env::JobEnd lost;
+  lost.kind = env::JobEnd::Kind::RankFailed;
+  lost.rank = 1;
+  lost.status = env::ExitStatus::exited(1);
+  control.stop(lost, SIGTERM);
+  CHECK(job.signalled == std::vector<int>{SIGTERM});
+  bool again = false;
+  control.attempt_over([&](bool a) { again = a; });
+  io.run_for(300ms);  // past the backoff, and past the grace of the stop before it
+  CHECK(again);
+  CHECK(job.signalled == std::vector<int>{SIGTERM});  // no SIGKILL into attempt 1
+  control.finish();
+}
