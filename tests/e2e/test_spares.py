@@ -41,7 +41,7 @@ def test_a_lost_node_is_replaced_by_a_spare_and_training_resumes_from_its_checkp
         lost = hosts.hosts[victim]
         kept = hosts.hosts[1 - victim]
         p = launch(hosts, sgpu, "--hosts", host_list(hosts), "--nnodes", 2, "--nproc", 1, "--spares", 1,
-                   "--max-restarts", 1, "--restart-backoff", "10ms", "--grace", "5s", CHECKPOINT_EXAMPLE,
+                   "--max-restarts", 1, "--restart-backoff", "10ms", "--grace", "2s", CHECKPOINT_EXAMPLE,
                    "--epochs", 3, "--checkpoint-dir", tmp_path / "ckpt", "--epoch-pause", 60, wait=False)
         out = []
         for line in p.stdout:  # epoch 0 is on disk, and every rank waits: host B's agent dies now
@@ -75,6 +75,12 @@ def test_a_lost_node_is_replaced_by_a_spare_and_training_resumes_from_its_checkp
     (gone,) = summary["excluded"]
     assert gone["host"] == lost.addr and gone["gpu"] is None and gone["attempt"] == 1
     assert "the node was lost" in gone["reason"]
+    run_dir = sorted(pathlib.Path(sgpu.env["SGPU_HOME"], "runs").glob("*/summary.json"))[-1].parent
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    started = {(e["attempt"], e["rank"]): e["host"] for e in events if e["event"] == "rank_started"}
+    attempt_0 = [kept.addr, lost.addr] if victim else [lost.addr, kept.addr]
+    assert started == {(0, 0): attempt_0[0], (0, 1): attempt_0[1], (1, 0): hosts_by_rank[0],
+                       (1, 1): hosts_by_rank[1]}  # each attempt's events name the host its ranks ran on
 
 
 def test_a_lost_node_with_no_spare_ends_the_run_at_once_saying_so(sgpu):

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "sgpu/launcher/outputs/rank_hosts.hpp"
 #include "sgpu/launcher/runs/run_state.hpp"
 
 namespace sgpu::launcher {
@@ -206,6 +207,10 @@ MetricsRecorder::MetricsRecorder(const std::string& run_dir, std::string run_id,
   state_.stragglers.assign(rank_hosts.size(), false);
   state_.rank_hosts = std::move(rank_hosts);
   if (factor_ > 1) stragglers_.emplace(metrics::StragglerRule{factor_, 2});
+}
+
+void MetricsRecorder::on_nodes_placed(const std::vector<NodePlacement>& nodes) {
+  apply_placement(state_.rank_hosts, nodes);
 }
 
 void MetricsRecorder::on_rank_started(int rank, int /*pid*/) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "sgpu/env/exit_code.hpp"
+#include "sgpu/launcher/outputs/rank_hosts.hpp"
 #include "sgpu/launcher/outputs/signal_before.hpp"
 
 namespace sgpu::launcher {
@@ -88,6 +89,8 @@ const std::string& RunLog::host_of(int rank) const {
   auto r = static_cast<std::size_t>(rank);
   return r < rank_hosts_.size() && !rank_hosts_[r].empty() ? rank_hosts_[r] : host_;
 }
+
+void RunLog::on_nodes_placed(const std::vector<NodePlacement>& nodes) { apply_placement(rank_hosts_, nodes); }
 
 void RunLog::on_rank_started(int rank, int pid) {
   started_.at(static_cast<std::size_t>(rank)) = Clock::now();

@@ -56,6 +56,7 @@ class MetricsRecorder : public JobObserver {
   void on_rank_exited(int rank, const env::ExitStatus& status, bool terminated_by_sgpu) override;
   void on_attempt_started(int attempt) override;
   void on_sample(const NodeSample& sample) override;
+  void on_nodes_placed(const std::vector<NodePlacement>& nodes) override;  // a spare names the ranks it took
 
   const MetricsState& state() const { return state_; }
   void set_state(std::string state) { state_.state = std::move(state); }

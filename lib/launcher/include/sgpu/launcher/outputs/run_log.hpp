@@ -52,6 +52,7 @@ class RunLog : public JobObserver {
   void on_restart(int attempt, const env::JobEnd& cause, env::Seconds backoff) override;
   void on_attempt_started(int attempt) override;
   void on_excluded(const Exclusion& e) override;
+  void on_nodes_placed(const std::vector<NodePlacement>& nodes) override;  // a spare names the ranks it took
   // The log writer's: the supervisor stops reading while the disk lags.
   std::vector<std::shared_ptr<OutputFlow>> output_flows() override { return {writer_.flow()}; }
 
