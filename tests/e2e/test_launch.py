@@ -1,4 +1,5 @@
 """sgpu launch on one node: environment, exit codes, teardown, signals."""
+import contextlib
 import json
 import os
 import re
@@ -257,36 +258,41 @@ def test_kill_9_of_sgpu_leaves_no_rank_running(sgpu, tmp_path):
     assert not any(pid_alive(x) for x in pids)
 
 
-def test_the_orphan_guard_is_a_few_pages_holding_only_its_pipe(sgpu, tmp_path):
-    # The guard waits beside every run: its own freestanding program, not a
-    # copy of sgpu (2.3 MiB of peak RSS when it was a fork).
+@contextlib.contextmanager
+def ranks_sleeping_beside_the_guard(sgpu, tmp_path, n):
+    """sgpu running n ranks that sleep: (its Popen, the ranks' pids, its orphan guard's pid); sgpu is killed after."""
     out = tmp_path / "out"
     out.mkdir()
     env = dict(sgpu.env, OUT_DIR=str(out))
-    p = sgpu.popen("launch", "--nproc", 2, "--no-python", "sh", "-c", write_pid_and("exec sleep 60"), env=env)
+    p = sgpu.popen("launch", "--nproc", n, "--no-python", "sh", "-c", write_pid_and("exec sleep 60"), env=env)
     try:
-        ranks = read_pids(out, 2)
+        ranks = read_pids(out, n)
         children = [int(c) for c in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()]
         guards = [c for c in children if c not in ranks]
         assert len(guards) == 1, (children, ranks)
-        guard = guards[0]
-        assert open(f"/proc/{guard}/comm").read().strip() == "sgpu-guard"
-        status = dict(line.split(":", 1) for line in open(f"/proc/{guard}/status"))
-        assert int(status["VmHWM"].split()[0]) < 256, status["VmHWM"]
-        assert sorted(int(fd) for fd in os.listdir(f"/proc/{guard}/fd")) == [0, 1, 2]
-        assert os.readlink(f"/proc/{guard}/fd/1") == "/dev/null"
+        yield p, ranks, guards[0]
     finally:
         p.kill()
         p.wait()
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline and any(pid_alive(x) for x in ranks):
-        time.sleep(0.02)
-    assert not any(pid_alive(x) for x in ranks)
 
 
 def peak_rss_kib(pid):
     status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
     return int(status["VmHWM"].split()[0])
+
+
+def test_the_orphan_guard_is_a_few_pages_holding_only_its_pipe(sgpu, tmp_path):
+    # The guard waits beside every run: its own freestanding program, not a
+    # copy of sgpu (2.3 MiB of peak RSS when it was a fork).
+    with ranks_sleeping_beside_the_guard(sgpu, tmp_path, 2) as (_, ranks, guard):
+        assert open(f"/proc/{guard}/comm").read().strip() == "sgpu-guard"
+        assert peak_rss_kib(guard) < 256
+        assert sorted(int(fd) for fd in os.listdir(f"/proc/{guard}/fd")) == [0, 1, 2]
+        assert os.readlink(f"/proc/{guard}/fd/1") == "/dev/null"
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and any(pid_alive(x) for x in ranks):
+        time.sleep(0.02)
+    assert not any(pid_alive(x) for x in ranks)
 
 
 def unpacked_relocations_kib(binary):
@@ -310,21 +316,10 @@ def test_a_launch_of_8_ranks_holds_under_6_mib_at_its_peak(sgpu, tmp_path):
     # scattered, they cost 3.9 MiB of it and the launch 8.1-8.5 MB. The
     # portable binary may add its unpacked relocation table (glibc 2.28 has
     # no DT_RELR): 700 KiB that only a newer glibc lets a build drop.
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(sgpu.env, OUT_DIR=str(out))
-    p = sgpu.popen("launch", "--nproc", 8, "--no-python", "sh", "-c", write_pid_and("exec sleep 60"), env=env)
-    try:
-        ranks = read_pids(out, 8)
-        children = [int(c) for c in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()]
-        guards = [c for c in children if c not in ranks]
-        assert len(guards) == 1, (children, ranks)
-        peaks = {"sgpu": peak_rss_kib(p.pid), "guard": peak_rss_kib(guards[0])}
+    with ranks_sleeping_beside_the_guard(sgpu, tmp_path, 8) as (p, _, guard):
+        peaks = {"sgpu": peak_rss_kib(p.pid), "guard": peak_rss_kib(guard)}
         allowance = unpacked_relocations_kib(sgpu.bin)
         assert sum(peaks.values()) < 6 * 1024 + allowance, (peaks, allowance)
-    finally:
-        p.kill()
-        p.wait()
 
 
 def test_twenty_concurrent_jobs_get_distinct_working_master_ports(sgpu, tmp_path):
