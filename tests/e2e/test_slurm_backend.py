@@ -368,6 +368,7 @@ def test_scancel_lets_every_rank_on_both_nodes_checkpoint_and_ends_preempted(slu
     assert no_rank_left(f"SGPU_TEST_MARK={marker}") == []
 
 
+@pytest.mark.alone  # the signal is due 15 s into a 1-minute allocation: a busy machine starts the job later
 def test_signal_before_counts_back_from_the_allocation_s_end_on_both_nodes(slurm_cluster, cluster_env, sgpu,
                                                                          tmp_path):
     # SLURM's shortest limit is a minute; the signal comes 45 s before its end.

@@ -16,10 +16,9 @@ from test_doctor import fake_libs
 from ssh_hosts import SshHosts
 from test_ssh_backend import UP_THEN_SLEEP, WITH_SGPU, final_loss, host_list, job_processes, launch, wait_for_ranks
 
-# One test at a time: each runs three ssh hosts, torch ranks and a restart.
-pytestmark = pytest.mark.xdist_group("spares")
-
-pytestmark = pytest.mark.skipif(ssh_hosts.usable() is not None, reason=str(ssh_hosts.usable()))
+# One test at a time, after the rest (alone): each runs three ssh hosts, torch ranks
+# and a restart, and times how soon the spare takes over.
+pytestmark = [pytest.mark.alone, pytest.mark.skipif(ssh_hosts.usable() is not None, reason=str(ssh_hosts.usable()))]
 
 CHECKPOINT_EXAMPLE = str(ROOT / "examples" / "ddp_checkpoint.py")
 

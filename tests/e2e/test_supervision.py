@@ -20,6 +20,7 @@ def no_python(*program):
     return ["--no-python", TORCH_PYTHON, "-S", "-u", *program]
 
 
+@pytest.mark.alone  # a teardown bound of seconds
 def test_the_timeout_holds_while_nobody_reads_stdout(sgpu, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -84,6 +85,7 @@ def frozen_disk(tmp_path):
         subprocess.run(["umount", str(mnt)])
 
 
+@pytest.mark.alone  # a teardown bound of seconds
 def test_the_timeout_holds_while_the_console_file_s_disk_is_stuck(sgpu, tmp_path, frozen_disk):
     # sgpu's stdout is a file on a disk that stops taking writes (a hung NFS
     # server, a frozen file system): the timeout must still end the ranks.
