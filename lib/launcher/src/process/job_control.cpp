@@ -239,8 +239,9 @@ void JobControl::all_exited() {
 }
 
 void JobControl::attempt_over(std::function<void(bool again)> then) {
-  // Nothing of the attempt is left to kill. The Supervisor said so (all_exited);
-  // a ClusterJob whose lost node never reported its ranks' ends did not.
+  // Nothing of the attempt is left to kill. The Supervisor said so
+  // (all_exited); a ClusterJob never does, since a lost node's ranks never
+  // report their ends, so the attempt's end is where the grace ends for both.
   grace_timer_.cancel();
   if (!stopping_ || final_ || finished_) {
     then(false);
