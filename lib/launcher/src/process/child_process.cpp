@@ -150,6 +150,11 @@ ChildProcess::ChildProcess(boost::asio::io_context& io, const SpawnRequest& requ
   start(io, request);
 }
 
+ChildProcess::ChildProcess(boost::asio::io_context& io, const SpawnRequest& request, int* exec_error)
+    : in_(io), out_(io), err_(io) {
+  start(io, request, exec_error);
+}
+
 ChildProcess::ChildProcess(boost::asio::io_context& io, const ChildOptions& options) : in_(io), out_(io), err_(io) {
   if (options.argv.empty()) throw std::system_error(EINVAL, std::generic_category(), "no program");
   auto exe = options.program;
@@ -184,8 +189,8 @@ ChildProcess::ChildProcess(boost::asio::io_context& io, const ChildOptions& opti
   }
 }
 
-void ChildProcess::start(boost::asio::io_context& io, const SpawnRequest& request) {
-  auto child = spawn_process(request);
+void ChildProcess::start(boost::asio::io_context& io, const SpawnRequest& request, int* exec_error) {
+  auto child = exec_error != nullptr ? start_spawn(request, exec_error) : spawn_process(request);
   pid_ = child.pid;
   try {
     impl_ = std::make_shared<Impl>(io.get_executor(), child.pid, child.pidfd);
@@ -195,6 +200,7 @@ void ChildProcess::start(boost::asio::io_context& io, const SpawnRequest& reques
     while (::waitpid(child.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     forget_own_child(child.pid);
+    if (exec_error != nullptr) settle_spawns();  // the caller's request and *exec_error go with this throw
     throw;
   }
 }

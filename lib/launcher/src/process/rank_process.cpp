@@ -77,12 +77,44 @@ std::size_t rank_pipe_size(std::size_t ranks) {
   return size > kDefault ? size : 0;
 }
 
+// What a rank's child reads until it execs: its request and what that points to.
+struct RankProcess::Starting {
+  std::vector<std::string> env_strings;
+  std::vector<const char*> envp;
+  std::vector<const char*> argv;
+  BindingMasks binding;
+  SpawnRequest req;
+  int error = 0;
+  bool background = false;
+
+  explicit Starting(const RankLaunch& launch)
+      : env_strings(environment_strings(launch.env)),
+        envp(c_strings(env_strings)),
+        argv(c_strings(launch.argv)),
+        binding(launch) {}
+  // Never freed under a child that still reads it, whatever path frees it.
+  ~Starting() {
+    if (background) settle_spawns();
+  }
+  Starting(const Starting&) = delete;
+  Starting& operator=(const Starting&) = delete;
+};
+
 RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files,
                          std::size_t stdout_pipe, const sigset_t* caught)
     : out_(io), err_(io) {
-  auto env_strings = environment_strings(launch.env);
-  auto envp = c_strings(env_strings);
-  auto argv = c_strings(launch.argv);
+  start(io, launch, false, open_files, stdout_pipe, caught);
+}
+
+RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, InBackground, const rlimit* open_files,
+                         std::size_t stdout_pipe, const sigset_t* caught)
+    : out_(io), err_(io) {
+  start(io, launch, true, open_files, stdout_pipe, caught);
+}
+
+void RankProcess::start(boost::asio::io_context& io, const RankLaunch& launch, bool background,
+                        const rlimit* open_files, std::size_t stdout_pipe, const sigset_t* caught) {
+  auto starting = std::make_unique<Starting>(launch);
 
   // Every rank's stdin: one /dev/null for the whole process, not an open and a close per rank.
   static const int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -94,10 +126,10 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
   ::fcntl(fds.fd[2], F_SETFL, O_NONBLOCK);
   if (stdout_pipe > 0) ::fcntl(fds.fd[0], F_SETPIPE_SZ, static_cast<int>(stdout_pipe));  // refused: the default
 
-  SpawnRequest req;
+  auto& req = starting->req;
   req.path = launch.executable.c_str();
-  req.argv = argv.data();
-  req.envp = envp.data();
+  req.argv = starting->argv.data();
+  req.envp = starting->envp.data();
   req.cwd = launch.cwd.empty() ? nullptr : launch.cwd.c_str();
   req.stdio[0] = dev_null;
   req.stdio[1] = fds.fd[1];
@@ -105,14 +137,31 @@ RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, 
   req.parent = ::getpid();
   req.open_files = open_files;
   req.caught = caught;
-  BindingMasks binding(launch);
-  binding.apply(req);
-  child_ = std::make_unique<ChildProcess>(io, req);
+  starting->binding.apply(req);
+  if (background) {
+    starting->background = true;
+    child_ = std::make_unique<ChildProcess>(io, req, &starting->error);
+    starting_ = std::move(starting);
+  } else {
+    child_ = std::make_unique<ChildProcess>(io, req);
+  }
+  // The rank's own ends close here: the child has them, or a slot holds them until it has.
   out_.assign(std::exchange(fds.fd[0], -1));
   err_.assign(std::exchange(fds.fd[2], -1));
 }
 
-// A rank is never left behind: the ChildProcess kills and reaps one still running.
+void RankProcess::settle_starts() { settle_spawns(); }
+
+int RankProcess::start_error() {
+  if (!starting_) return 0;
+  settle_spawns();
+  int error = starting_->error;
+  starting_.reset();
+  return error;
+}
+
+// A rank is never left behind: the ChildProcess kills and reaps one still
+// running (a Starting waits for its child's exec first, whichever goes first).
 RankProcess::~RankProcess() = default;
 
 int RankProcess::pid() const { return child_->pid(); }

@@ -1,8 +1,11 @@
 #pragma once
-// Starting a child without fork's cost: clone(CLONE_VM | CLONE_VFORK), as
-// posix_spawn does, so nothing of sgpu's memory or event loop is copied and
-// the time to start a rank does not grow with the ranks already running.
-// posix_spawn itself cannot set PR_SET_PDEATHSIG, hence this. Internal to
+// Starting a child without fork's cost: clone(CLONE_VM), as posix_spawn
+// does, so nothing of sgpu's memory or event loop is copied and the time to
+// start a rank does not grow with the ranks already running. posix_spawn
+// itself cannot set PR_SET_PDEATHSIG, hence this. Unlike posix_spawn's
+// CLONE_VFORK, start_spawn does not sleep while the child sets itself up and
+// execs: a batch of ranks exec beside sgpu and beside each other, as a
+// shell's `&` does, and settle_spawns() then waits for them all. Internal to
 // lib/launcher.
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -43,6 +46,20 @@ struct Spawned {
 // (SIGPIPE included); returns once it has exec'd. Throws std::system_error with the errno of the step that
 // failed (chdir, exec: ENOENT, EACCES...), the child then reaped.
 Spawned spawn_process(const SpawnRequest& request);
+
+// Starts the child as spawn_process does, but returns as soon as it is
+// cloned, its pid and pidfd valid, while it sets itself up and execs. Until
+// settle_spawns() returns, the request, all it points to and `*exec_error`
+// must stay alive and unchanged, and the child may not be in its own session
+// yet (signal it by its pidfd, not its group). Then `*exec_error` holds the
+// errno of the step that failed (the child has exited 127 and is the
+// caller's to reap) or 0: it exec'd. Throws std::system_error when the clone
+// itself fails. Where the child's code cannot avoid errno (an architecture
+// other than x86_64 and aarch64), it returns once the child has exec'd.
+Spawned start_spawn(const SpawnRequest& request, int* exec_error);
+
+// Waits until every child start_spawn started has exec'd or failed.
+void settle_spawns();
 
 // The signals a child must reset before exec: those with a handler of
 // sgpu's now, and SIGPIPE when ignored (only sgpu ignores it). Valid while

@@ -15,7 +15,9 @@
 #include <cerrno>
 #include <csignal>
 #include <functional>
+#include <optional>
 #include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -262,12 +264,36 @@ struct Supervisor::State : JobControl::Actions {
 
   // Starts ranks from `first` on, a batch at a time, going back to the loop
   // in between: Ctrl-C or the timeout during a large start act at once, and
-  // the ranks not started yet are not started.
+  // the ranks not started yet are not started. A batch's ranks exec beside
+  // sgpu and each other; once all have, they are the job's in rank order, up
+  // to the first that could not start.
   void spawn_from(std::size_t first) {
     caught = caught_signals();  // no handler changes within the batch
+    std::size_t end = control.stopping() ? first : std::min(first + kSpawnBatch, launches.size());
+    std::vector<std::unique_ptr<Rank>> batch;
+    batch.reserve(end - first);
     std::size_t i = first;
-    for (std::size_t end = std::min(first + kSpawnBatch, launches.size()); i < end && !control.stopping(); ++i)
-      spawn(launches[i]);
+    std::optional<std::pair<int, int>> failed;  // the rank that could not start, and why (errno)
+    for (; i < end; ++i) {
+      try {
+        batch.push_back(start_rank(launches[i]));
+      } catch (const std::system_error& e) {
+        failed = {static_cast<int>(i), e.code().value()};
+        break;
+      }
+    }
+    // After a rank that could not start, the later ones go (killed and
+    // reaped) with the batch: never the job's.
+    for (std::size_t k = 0; k < batch.size() && !failed; ++k) {
+      if (int error = batch[k]->process->start_error(); error != 0)
+        failed = {static_cast<int>(first + k), error};
+      else
+        adopt(std::move(batch[k]));
+    }
+    if (failed) {
+      spawn_failed(launches[static_cast<std::size_t>(failed->first)], failed->second);
+      i = end;
+    }
     if (i < launches.size() && !control.stopping()) {
       asio::post(io, [this, i] { spawn_from(i); });
       return;
@@ -277,29 +303,34 @@ struct Supervisor::State : JobControl::Actions {
     maybe_finish();
   }
 
-  void spawn(const RankLaunch& launch) {
+  std::unique_ptr<Rank> start_rank(const RankLaunch& launch) {
     auto rank = std::make_unique<Rank>();
     rank->record.rank = launch.rank;
     if (auto hb = launch.env.find("SGPU_HEARTBEAT_FILE"); hb != launch.env.end()) rank->heartbeat = hb->second;
-    try {
-      rank->process = std::make_unique<RankProcess>(io, launch, &open_files, stdout_pipe, &caught);
-    } catch (const std::system_error& e) {
-      env::JobEnd end;
-      end.kind = env::JobEnd::Kind::SpawnFailed;
-      end.rank = launch.rank;
-      end.spawn_errno = e.code().value();
-      outcome.spawn_error = fmt::format("{}: {}", launch.executable, std::generic_category().message(e.code().value()));
-      end.reason = outcome.spawn_error;
-      control.stop(end, SIGKILL);
-      return;
-    }
+    rank->process =
+        std::make_unique<RankProcess>(io, launch, RankProcess::InBackground{}, &open_files, stdout_pipe, &caught);
+    return rank;
+  }
+
+  void spawn_failed(const RankLaunch& launch, int error) {
+    env::JobEnd end;
+    end.kind = env::JobEnd::Kind::SpawnFailed;
+    end.rank = launch.rank;
+    end.spawn_errno = error;
+    outcome.spawn_error = fmt::format("{}: {}", launch.executable, std::generic_category().message(error));
+    end.reason = outcome.spawn_error;
+    control.stop(end, SIGKILL);
+  }
+
+  // A started rank becomes the job's: watched, read, waited for.
+  void adopt(std::unique_ptr<Rank> rank) {
     rank->record.pid = rank->process->pid();
     guard.watch(rank->record.pid);
     rank->record.started = Clock::now();
     rank->open = {true, true};
     open_pipes += 2;
     ++running;
-    observer.on_rank_started(launch.rank, rank->record.pid);
+    observer.on_rank_started(rank->record.rank, rank->record.pid);
     auto& r = *rank;
     ranks.push_back(std::move(rank));
     read(r, Stream::Out);

@@ -1,8 +1,8 @@
 #pragma once
 // One child process that is not a rank: an ssh session, an srun step, a
 // SLURM query or salloc, tar, a helper command (py-spy). Started as ranks are
-// (spawn_process: clone with CLONE_VFORK, nothing but system calls before
-// exec), because a plain fork beside sgpu's log and console threads could
+// (spawn_process: clone sharing sgpu's memory, nothing but system calls
+// before exec), because a plain fork beside sgpu's log and console threads could
 // inherit a lock one of them held and never reach exec. It runs in its own
 // process group (the terminal's Ctrl-C reaches sgpu, which decides what to
 // pass on) and, unless told otherwise, dies with sgpu (PR_SET_PDEATHSIG).
@@ -59,6 +59,9 @@ class ChildProcess {
   // For process/ (RankProcess): starts `request` as it is, its descriptors
   // the caller's; in(), out() and err() stay closed.
   ChildProcess(boost::asio::io_context& io, const SpawnRequest& request);
+  // The same, returning while the child still execs (start_spawn): the
+  // request and `*exec_error` stay the caller's until settle_spawns().
+  ChildProcess(boost::asio::io_context& io, const SpawnRequest& request, int* exec_error);
   // Kills its group and itself (SIGKILL) and reaps it if it was neither
   // reaped nor detached.
   ~ChildProcess();
@@ -92,7 +95,7 @@ class ChildProcess {
 
  private:
   struct Impl;
-  void start(boost::asio::io_context& io, const SpawnRequest& request);
+  void start(boost::asio::io_context& io, const SpawnRequest& request, int* exec_error = nullptr);
   void kill_and_reap();
   boost::asio::writable_pipe in_;
   boost::asio::readable_pipe out_;

@@ -1,8 +1,9 @@
 #pragma once
 // One rank: a child process in its own process group, killed by the kernel if
 // sgpu dies (PR_SET_PDEATHSIG), with its stdout and stderr on pipes and
-// /dev/null as stdin. Started with clone(CLONE_VM | CLONE_VFORK): the cost of a
-// start does not grow with the ranks already running.
+// /dev/null as stdin. Started with clone(CLONE_VM): the cost of a start does
+// not grow with the ranks already running, and a batch of ranks exec beside
+// each other (InBackground).
 #include <sys/resource.h>
 #include <csignal>
 #include <functional>
@@ -55,6 +56,21 @@ class RankProcess {
   // ranks; nullptr: read for this rank alone.
   RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files = nullptr,
               std::size_t stdout_pipe = 0, const sigset_t* caught = nullptr);
+  // The same, returning once the rank is cloned, while it sets itself up and
+  // execs beside sgpu: `launch` (and `open_files`, `caught`) must outlive
+  // settle_starts(), after which start_error() says how its start went. Until
+  // then the rank may not be in its own group yet. Throws only when the rank
+  // could not be cloned (no pipe, no process).
+  struct InBackground {};
+  RankProcess(boost::asio::io_context& io, const RankLaunch& launch, InBackground, const rlimit* open_files,
+              std::size_t stdout_pipe, const sigset_t* caught);
+  // Waits until every rank started InBackground has exec'd or failed.
+  static void settle_starts();
+  // For a rank started InBackground: the errno of the step of its start that
+  // failed (its exec, chdir, binding), 0 when it exec'd; waits for
+  // settle_starts() first. A rank that failed has exited; its destructor
+  // reaps it. 0 for a rank started otherwise (its constructor threw).
+  int start_error();
   ~RankProcess();
   RankProcess(const RankProcess&) = delete;
   RankProcess& operator=(const RankProcess&) = delete;
@@ -79,7 +95,11 @@ class RankProcess {
  private:
   boost::asio::posix::stream_descriptor out_;
   boost::asio::posix::stream_descriptor err_;
+  struct Starting;
+  void start(boost::asio::io_context& io, const RankLaunch& launch, bool background, const rlimit* open_files,
+             std::size_t stdout_pipe, const sigset_t* caught);
   std::unique_ptr<ChildProcess> child_;  // its start and wait, as every child's
+  std::unique_ptr<Starting> starting_;   // started InBackground: what the child reads until it execs
 };
 
 }  // namespace sgpu::launcher
