@@ -278,17 +278,18 @@ struct Supervisor::State : JobControl::Actions {
       try {
         batch.push_back(start_rank(launches[i]));
       } catch (const std::system_error& e) {
-        failed = {static_cast<int>(i), e.code().value()};
+        failed = {static_cast<int>(i), e.code().value()};  // no pipe, no process: the ones before it did start
         break;
       }
     }
-    // After a rank that could not start, the later ones go (killed and
-    // reaped) with the batch: never the job's.
-    for (std::size_t k = 0; k < batch.size() && !failed; ++k) {
-      if (int error = batch[k]->process->start_error(); error != 0)
+    // A rank whose exec failed ends the start there: the later ones go
+    // (killed and reaped) with the batch, never the job's.
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      if (int error = batch[k]->process->start_error(); error != 0) {
         failed = {static_cast<int>(first + k), error};
-      else
-        adopt(std::move(batch[k]));
+        break;
+      }
+      adopt(std::move(batch[k]));
     }
     if (failed) {
       spawn_failed(launches[static_cast<std::size_t>(failed->first)], failed->second);
