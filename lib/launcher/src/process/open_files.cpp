@@ -1,8 +1,11 @@
 #include "sgpu/launcher/process/open_files.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -53,6 +56,17 @@ rlimit raise_open_files_limit(int ranks) {
                               ranks, needed, before.rlim_cur, std::strerror(errno)));
   }
   return before;
+}
+
+void reserve_descriptor_table(rlim_t entries) {
+  rlimit lim{};
+  if (entries == 0 || ::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  rlim_t top = std::min(entries, lim.rlim_cur) - 1;
+  if (top > static_cast<rlim_t>(std::numeric_limits<int>::max())) return;
+  // The lowest free number at or above `top`: the table grows to hold it. Any open descriptor will do to copy: 0 is
+  // always open in sgpu (open_standard_fds).
+  int fd = ::fcntl(0, F_DUPFD_CLOEXEC, static_cast<int>(top));
+  if (fd >= 0) ::close(fd);
 }
 
 rlim_t node_connections_wanted(int nnodes) { return 2 * static_cast<rlim_t>(std::max(nnodes, 0)) + 256; }

@@ -431,6 +431,8 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
   s.on_finished = std::move(on_finished);
   s.outcome.started = Clock::now();
   s.open_files = raise_open_files_limit(static_cast<int>(launches.size()));
+  // Ranks share sgpu's descriptor table until their first call: grown now, not under them.
+  reserve_descriptor_table(open_files_needed(static_cast<int>(launches.size())) + 64);
   // Every process of the run inherits these: after a kill -9 of sgpu, the
   // guard finds what escaped the ranks' groups by them. Never GROUP_RANK
   // alone, which other jobs' processes have too.

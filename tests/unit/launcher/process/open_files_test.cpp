@@ -1,4 +1,9 @@
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <algorithm>
+#include <fstream>
 #include <initializer_list>
+#include <string>
 
 #include <doctest/doctest.h>
 
@@ -38,4 +43,31 @@ TEST_CASE("launcher::node_connections") {
     CHECK(node_connections_wanted(r.nnodes) == r.wanted);
     CHECK(node_connections_needed(r.nnodes) == r.needed);
   }
+}
+
+namespace {
+// The size of this process's descriptor table, as the kernel reports it.
+long descriptor_table_size() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("FDSize:", 0) == 0) return std::stol(line.substr(7));
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("launcher::reserve_descriptor_table") {
+  rlimit lim{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
+  long before = descriptor_table_size();
+  REQUIRE(before > 0);
+  // Within the soft limit: the table holds that many now (never fewer than it did).
+  rlim_t wanted = std::min<rlim_t>(lim.rlim_cur, static_cast<rlim_t>(before) + 300);
+  reserve_descriptor_table(wanted);
+  CHECK(descriptor_table_size() >= static_cast<long>(wanted));
+  // Past the soft limit: up to it, and no error.
+  reserve_descriptor_table(lim.rlim_cur + 1000);
+  CHECK(descriptor_table_size() >= static_cast<long>(std::min<rlim_t>(lim.rlim_cur, 1 << 20)));
+  // No descriptor is left open by it.
+  CHECK(::fcntl(static_cast<int>(wanted) - 1, F_GETFD) == -1);
 }

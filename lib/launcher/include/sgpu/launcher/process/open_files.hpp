@@ -22,6 +22,14 @@ void check_open_files_limit(int ranks);
 // had before. Throws sgpu::Error when even the hard limit is too low.
 rlimit raise_open_files_limit(int ranks);
 
+// Grows the kernel's descriptor table of sgpu to hold `entries` now (up to
+// the soft limit), before any rank starts. A rank shares the table from its
+// clone until its first call (CLONE_FILES), and a table that grows while
+// another process shares it waits for an RCU grace period (expand_fdtable):
+// milliseconds, which doubled a launch of 8 ranks whenever its pipes crossed
+// the 64 descriptors a new table holds. The table never shrinks.
+void reserve_descriptor_table(rlim_t entries);
+
 // A launcher holds a connection per node, and for a moment another one per
 // node (the reachability check): on big runs the usual soft limit of 1024
 // is too few. Pure: the limit a launcher of `nnodes` nodes raises its own
