@@ -28,8 +28,12 @@ for ((r = 0; r < n; r++)); do
   pids+=($!)
 done
 for ((i = 0; i < n; i++)); do
-  wait -n
+  # -p: which rank ended. Without a pid, bash had no child left to wait for
+  # (now and then it returns 127 for one reaped before the call), not a rank's 127.
+  unset done_pid
+  wait -n -p done_pid
   rc=$?
+  [ -n "${done_pid:-}" ] || break
   if [ $rc -ne 0 ]; then
     kill -TERM "${pids[@]}" 2>/dev/null
     wait
