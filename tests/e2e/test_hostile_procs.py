@@ -93,14 +93,9 @@ def test_short_lived_orphans_are_reaped_during_the_run(sgpu, tmp_path):
 
 # --- descriptors ---------------------------------------------------------------
 
-FLAPPING = r"""
-import os, sys, time
-attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-print(f"attempt {attempt} pid {os.getpid()}", flush=True)
-if attempt < 12:
-    sys.exit(3)
-time.sleep(600)
-"""
+# Fails 12 attempts at once, then sleeps.
+FLAPPING = ('echo "attempt $TORCHELASTIC_RESTART_COUNT pid $$"; '
+            '[ "$TORCHELASTIC_RESTART_COUNT" -lt 12 ] && exit 3; exec sleep 600')
 
 
 def pidfds(pid):
@@ -114,10 +109,10 @@ def pidfds(pid):
     return n
 
 
-def test_each_attempts_pidfds_are_closed_when_it_ends(sgpu, tmp_path):
-    job = tmp_path / "flap.py"
-    job.write_text(FLAPPING)
-    p = sgpu.popen("launch", "--nproc", 4, "--max-restarts", 12, "--restart-backoff", "0.01s", "--grace", "2s", job)
+def test_each_attempts_pidfds_are_closed_when_it_ends(sgpu):
+    # The backoff doubles from 1 ms: the 12th restart waits 2 s (from 10 ms it was 20 s, 41 s in all).
+    p = sgpu.popen("launch", "--nproc", 4, "--max-restarts", 12, "--restart-backoff", "1ms", "--grace", "2s",
+                   "--no-python", "sh", "-c", FLAPPING)
     try:
         wait_line(p.stdout, r"attempt 12 pid", timeout=120)
         # The 13th attempt's four ranks hold one pidfd each; the twelve before hold none.
