@@ -79,7 +79,7 @@ struct KernelSigaction {
 constexpr long kKernelSigsetSize = 8;
 
 // The child shares sgpu's descriptor table (CLONE_FILES) for an instant:
-// its first call unshares it keeping only the numbers below `end`, and what
+// its first call unshares it keeping only the numbers below `keep`, and what
 // it needs (its stdio, the file it execs) was put there, in four slots held
 // open on /dev/null. Without it every child copied sgpu's table and closed
 // each entry (close_range walks them all): with 1000 ranks, 3000 pipes and
@@ -105,7 +105,6 @@ struct InFlight {
   // wakes its futex, when the child execs or exits: then the child no longer
   // uses its stack, this, the request or the slots.
   int running = 0;
-  pid_t pid = -1;
   int* exec_error = nullptr;  // the caller's, to get child.error
   bool busy = false;
 };
@@ -142,10 +141,14 @@ struct Spawner {
     while (__atomic_load_n(&set.running, __ATOMIC_ACQUIRE) != 0)
       ::syscall(SYS_futex, &set.running, FUTEX_WAIT, 1, nullptr, nullptr, 0);
     *set.exec_error = set.child.error;
-    // The slots let go of the child's descriptors: a pipe's end held here would keep its reader from EOF.
+    release_slots(set);
+    set.busy = false;
+  }
+
+  // The slots let go of the child's descriptors: a pipe's end held here would keep its reader from EOF.
+  void release_slots(InFlight& set) const {
     if (slots)
       for (int fd : set.slot) ::dup3(devnull, fd, O_CLOEXEC);
-    set.busy = false;
   }
 
   void settle_all() {
@@ -284,8 +287,7 @@ Spawned start_spawn(const SpawnRequest& request, int* exec_error) {
   ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
     set.running = 0;
-    if (s.slots)
-      for (int fd : set.slot) ::dup3(s.devnull, fd, O_CLOEXEC);
+    s.release_slots(set);
     if (clone_errno == EINVAL) {
       // The flags are fixed, so EINVAL is a kernel that knows no CLONE_PIDFD
       // (before 5.2): say that, not "train.py: Invalid argument".
@@ -299,7 +301,6 @@ Spawned start_spawn(const SpawnRequest& request, int* exec_error) {
     throw std::system_error(clone_errno, std::generic_category(), request.path);
   }
   note_own_child(pid);  // its status is the caller's: the SIGCHLD reaper leaves it
-  set.pid = pid;
   set.exec_error = exec_error;
   set.busy = true;
   return {pid, pidfd};
