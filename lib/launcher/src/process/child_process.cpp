@@ -146,10 +146,6 @@ struct ChildProcess::Impl {
   bool detached = false;
 };
 
-ChildProcess::ChildProcess(boost::asio::io_context& io, const SpawnRequest& request) : in_(io), out_(io), err_(io) {
-  start(io, request);
-}
-
 ChildProcess::ChildProcess(boost::asio::io_context& io, const SpawnRequest& request, int* exec_error)
     : in_(io), out_(io), err_(io) {
   start(io, request, exec_error);

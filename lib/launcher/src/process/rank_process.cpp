@@ -85,7 +85,6 @@ struct RankProcess::Starting {
   BindingMasks binding;
   SpawnRequest req;
   int error = 0;
-  bool background = false;
 
   explicit Starting(const RankLaunch& launch)
       : env_strings(environment_strings(launch.env)),
@@ -93,9 +92,7 @@ struct RankProcess::Starting {
         argv(c_strings(launch.argv)),
         binding(launch) {}
   // Never freed under a child that still reads it, whatever path frees it.
-  ~Starting() {
-    if (background) settle_spawns();
-  }
+  ~Starting() { settle_spawns(); }
   Starting(const Starting&) = delete;
   Starting& operator=(const Starting&) = delete;
 };
@@ -103,17 +100,18 @@ struct RankProcess::Starting {
 RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files,
                          std::size_t stdout_pipe, const sigset_t* caught)
     : out_(io), err_(io) {
-  start(io, launch, false, open_files, stdout_pipe, caught);
+  start(io, launch, open_files, stdout_pipe, caught);
+  if (int error = start_error(); error != 0) throw std::system_error(error, std::generic_category(), launch.executable);
 }
 
 RankProcess::RankProcess(boost::asio::io_context& io, const RankLaunch& launch, InBackground, const rlimit* open_files,
                          std::size_t stdout_pipe, const sigset_t* caught)
     : out_(io), err_(io) {
-  start(io, launch, true, open_files, stdout_pipe, caught);
+  start(io, launch, open_files, stdout_pipe, caught);
 }
 
-void RankProcess::start(boost::asio::io_context& io, const RankLaunch& launch, bool background,
-                        const rlimit* open_files, std::size_t stdout_pipe, const sigset_t* caught) {
+void RankProcess::start(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files,
+                        std::size_t stdout_pipe, const sigset_t* caught) {
   auto starting = std::make_unique<Starting>(launch);
 
   // Every rank's stdin: one /dev/null for the whole process, not an open and a close per rank.
@@ -138,19 +136,12 @@ void RankProcess::start(boost::asio::io_context& io, const RankLaunch& launch, b
   req.open_files = open_files;
   req.caught = caught;
   starting->binding.apply(req);
-  if (background) {
-    starting->background = true;
-    child_ = std::make_unique<ChildProcess>(io, req, &starting->error);
-    starting_ = std::move(starting);
-  } else {
-    child_ = std::make_unique<ChildProcess>(io, req);
-  }
+  child_ = std::make_unique<ChildProcess>(io, req, &starting->error);
+  starting_ = std::move(starting);
   // The rank's own ends close here: the child has them, or a slot holds them until it has.
   out_.assign(std::exchange(fds.fd[0], -1));
   err_.assign(std::exchange(fds.fd[2], -1));
 }
-
-void RankProcess::settle_starts() { settle_spawns(); }
 
 int RankProcess::start_error() {
   if (!starting_) return 0;

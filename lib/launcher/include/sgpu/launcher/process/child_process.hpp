@@ -57,10 +57,9 @@ class ChildProcess {
   // open, chdir, exec) naming the file.
   ChildProcess(boost::asio::io_context& io, const ChildOptions& options);
   // For process/ (RankProcess): starts `request` as it is, its descriptors
-  // the caller's; in(), out() and err() stay closed.
-  ChildProcess(boost::asio::io_context& io, const SpawnRequest& request);
-  // The same, returning while the child still execs (start_spawn): the
-  // request and `*exec_error` stay the caller's until settle_spawns().
+  // the caller's, and returns while the child still execs (start_spawn): the
+  // request and `*exec_error` stay the caller's until settle_spawns(). in(),
+  // out() and err() stay closed.
   ChildProcess(boost::asio::io_context& io, const SpawnRequest& request, int* exec_error);
   // Kills its group and itself (SIGKILL) and reaps it if it was neither
   // reaped nor detached.

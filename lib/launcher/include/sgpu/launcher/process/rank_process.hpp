@@ -58,18 +58,16 @@ class RankProcess {
               std::size_t stdout_pipe = 0, const sigset_t* caught = nullptr);
   // The same, returning once the rank is cloned, while it sets itself up and
   // execs beside sgpu: `launch` (and `open_files`, `caught`) must outlive
-  // settle_starts(), after which start_error() says how its start went. Until
-  // then the rank may not be in its own group yet. Throws only when the rank
-  // could not be cloned (no pipe, no process).
+  // its start_error(), which waits for every rank started so far and says
+  // how this one's start went. Until then the rank may not be in its own
+  // group yet. Throws only when the rank could not be cloned (no pipe, no
+  // process).
   struct InBackground {};
   RankProcess(boost::asio::io_context& io, const RankLaunch& launch, InBackground, const rlimit* open_files,
               std::size_t stdout_pipe, const sigset_t* caught);
-  // Waits until every rank started InBackground has exec'd or failed.
-  static void settle_starts();
-  // For a rank started InBackground: the errno of the step of its start that
-  // failed (its exec, chdir, binding), 0 when it exec'd; waits for
-  // settle_starts() first. A rank that failed has exited; its destructor
-  // reaps it. 0 for a rank started otherwise (its constructor threw).
+  // The errno of the step of its start that failed (its exec, chdir,
+  // binding), 0 when it exec'd; waits until every rank started so far has
+  // exec'd or failed. A rank that failed has exited; its destructor reaps it.
   int start_error();
   ~RankProcess();
   RankProcess(const RankProcess&) = delete;
@@ -96,10 +94,10 @@ class RankProcess {
   boost::asio::posix::stream_descriptor out_;
   boost::asio::posix::stream_descriptor err_;
   struct Starting;
-  void start(boost::asio::io_context& io, const RankLaunch& launch, bool background, const rlimit* open_files,
-             std::size_t stdout_pipe, const sigset_t* caught);
+  void start(boost::asio::io_context& io, const RankLaunch& launch, const rlimit* open_files, std::size_t stdout_pipe,
+             const sigset_t* caught);
   std::unique_ptr<ChildProcess> child_;  // its start and wait, as every child's
-  std::unique_ptr<Starting> starting_;   // started InBackground: what the child reads until it execs
+  std::unique_ptr<Starting> starting_;   // what the child reads until it execs; gone after start_error()
 };
 
 }  // namespace sgpu::launcher
