@@ -12,13 +12,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROGRAMS = pathlib.Path(__file__).resolve().parent / "programs"
 TORCH_PYTHON = os.environ.get("SGPU_TEST_PYTHON", "/usr/bin/python3")
+SANITIZED = os.environ.get("SGPU_SANITIZED") == "1"
 
 
 def pytest_configure(config):
     # scripts/test runs the suite on several workers, then these one at a time.
     config.addinivalue_line("markers", "alone: a test whose timing bound does not hold beside other tests (ASan, "
                                        "two cores); scripts/test runs it after the rest, one at a time")
-SANITIZED = os.environ.get("SGPU_SANITIZED") == "1"
 
 
 def sgpu_bin():
