@@ -322,6 +322,29 @@ def test_a_launch_of_8_ranks_holds_under_6_mib_at_its_peak(sgpu, tmp_path):
         assert sum(peaks.values()) < 6 * 1024 + allowance, (peaks, allowance)
 
 
+def test_sgpu_grows_its_descriptor_table_for_every_rank_before_they_start(sgpu, tmp_path):
+    # Ranks share sgpu's descriptor table from their clone until their first
+    # call; a table grown under them waits for the kernel's RCU (milliseconds
+    # a launch). So sgpu grows it first, to what its ranks will need: 64 and 5
+    # per rank (open_files_needed), and 64 more; 8 ranks alone use under 80.
+    # A child's table is sized by its parent's open descriptors, and pytest
+    # holds many: sgpu is started by a shell holding three, so its table
+    # starts at the kernel's 64.
+    out = tmp_path / "out"
+    out.mkdir()
+    shell = subprocess.Popen(["sh", "-c", '"$@" >/dev/null 2>&1 & echo $!; wait', "sh", sgpu.bin, "launch", "--nproc",
+                              "8", "--no-python", "sh", "-c", write_pid_and("exec sleep 60")],
+                             env=dict(sgpu.env, OUT_DIR=str(out)), cwd=sgpu.cwd, stdout=subprocess.PIPE, text=True)
+    pid = int(shell.stdout.readline())
+    try:
+        assert len(read_pids(out, 8)) == 8
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+        assert int(status["FDSize"]) >= 64 + 5 * 8 + 64, status["FDSize"]
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        shell.wait()
+
+
 def test_twenty_concurrent_jobs_get_distinct_working_master_ports(sgpu, tmp_path):
     jobs = []
     for j in range(20):
