@@ -213,9 +213,11 @@ def test_a_short_run_whose_directory_is_deleted_says_so_and_keeps_its_end(sgpu):
 
 def test_every_rank_keeps_both_logs_and_one_rank_s_output_stays_its_own(sgpu):
     """Logs nothing was written to are links to one empty file: they exist, are empty, and stay so."""
-    script = 'if [ "$RANK" = 2 ]; then echo two >&2; fi'
-    p = sgpu.run("launch", "-o", "json", "--nproc", 4, "--max-restarts", 1, "--no-python", "sh", "-c",
-                 script + '; [ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || exit 3')
+    # The first attempt fails through rank 2 once it has written, so no other rank's end can stop it before its line;
+    # the others wait to be stopped.
+    script = ('if [ "$RANK" = 2 ]; then echo two >&2; fi; [ "$TORCHELASTIC_RESTART_COUNT" = 1 ] && exit 0; '
+              '[ "$RANK" = 2 ] && exit 3; exec sleep 60')
+    p = sgpu.run("launch", "-o", "json", "--nproc", 4, "--max-restarts", 1, "--no-python", "sh", "-c", script)
     summary = json.loads(p.stdout)
     assert summary["exit_code"] == 0, p.stderr
     ranks = pathlib.Path(summary["run_dir"]) / "ranks"
