@@ -133,7 +133,7 @@ NodeSample Sampler::sample() {
     auto path = fmt::format("/proc/{}/stat", r.pid);
     auto text = read_small(path.c_str(), kStatBytes);
     auto stat = text ? parse_proc_stat(*text) : std::nullopt;
-    if (!stat) continue;  // gone between the list and the read
+    if (!stat || !has_own_figures(*stat)) continue;  // gone, or going, between the list and the read
     s.state = stat->state;
     s.threads = stat->threads;
     s.rss_bytes = stat->rss_pages * static_cast<std::uint64_t>(page);

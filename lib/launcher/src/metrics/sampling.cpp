@@ -45,6 +45,8 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
   return ProcStat{fields[0][0], *utime + *stime, *threads, static_cast<std::uint64_t>(std::max<std::int64_t>(*rss, 0))};
 }
 
+bool has_own_figures(const ProcStat& stat) { return stat.state != 'Z' && stat.state != 'X' && stat.rss_pages > 0; }
+
 std::optional<std::int64_t> parse_heartbeat_step(std::string_view tail, bool whole_file) {
   std::vector<std::string_view> pieces;
   for (std::size_t start = 0;;) {

@@ -42,6 +42,28 @@ TEST_CASE("a /proc stat line gives the state, CPU ticks, threads and resident pa
   }
 }
 
+TEST_CASE("a zombie or an exiting process that let its memory go has no figures of its own") {
+  struct Row {
+    char state;
+    std::uint64_t rss;
+    bool own;
+  };
+  std::vector<Row> rows = {
+      {'R', 4321, true},  // running
+      {'S', 1, true},     // sleeping, one page is enough
+      {'D', 4321, true},  // in the disk's wait
+      {'T', 4321, true},  // stopped
+      {'Z', 0, false},    // exited, not yet reaped
+      {'X', 0, false},    // being reaped
+      {'R', 0, false},    // in its exit, after its memory went
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.state);
+    CAPTURE(row.rss);
+    CHECK(has_own_figures(ProcStat{row.state, 100, 1, row.rss}) == row.own);
+  }
+}
+
 TEST_CASE("a heartbeat file's step is its last whole line that is a number") {
   struct Row {
     std::string tail;

@@ -22,6 +22,12 @@ struct ProcStat {
 // may hold spaces and parentheses itself: the fields start after the last ')').
 std::optional<ProcStat> parse_proc_stat(std::string_view text);
 
+// Whether a stat's figures are a running process's own. A zombie, or a process
+// in its exit that has let its memory go (no resident pages), has none: a
+// sample of it would report a rank at 0 MB in the instant before its exit is
+// seen.
+bool has_own_figures(const ProcStat& stat);
+
 // The step a heartbeat file names: its last line that is a whole number
 // ("1200", or "step 1200" written by hand is not one). `tail` is the file's
 // end; a last line still being written (no newline, and not the whole file)
