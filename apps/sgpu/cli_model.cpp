@@ -1,6 +1,7 @@
 #include "cli_model.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace sgpu::app {
 namespace {
@@ -39,11 +40,47 @@ std::string one_line(std::string text) {
 
 }  // namespace
 
+std::vector<const CLI::Option*> options_of(const CLI::App& command) {
+  auto out = command.get_options();
+  for (const auto* group : command.get_subcommands([](const CLI::App* s) { return s->get_name().empty(); })) {
+    auto more = options_of(*group);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
+std::string GroupedOptionsFormatter::make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const {
+  // CLI::Formatter::make_help of a named command, with option_sections for make_groups.
+  if (mode == CLI::AppFormatMode::Sub || app->get_name().empty()) return Formatter::make_help(app, name, mode);
+  return make_description(app) + make_usage(app, name) + make_positionals(app) + option_sections(app) +
+         make_subcommands(app, mode) + "\n" + make_footer(app);
+}
+
+std::string GroupedOptionsFormatter::option_sections(const CLI::App* app) const {
+  // CLI::Formatter::make_groups, over options_of(*app) rather than the command's own list.
+  std::vector<const CLI::Option*> shown;
+  std::vector<std::string> groups;
+  for (const auto* opt : options_of(*app)) {
+    if (!opt->nonpositional() || opt->get_group().empty()) continue;
+    shown.push_back(opt);
+    if (std::find(groups.begin(), groups.end(), opt->get_group()) == groups.end()) groups.push_back(opt->get_group());
+  }
+  std::string out;
+  for (const auto& group : groups) {
+    std::vector<const CLI::Option*> in_group;
+    std::copy_if(shown.begin(), shown.end(), std::back_inserter(in_group),
+                 [&](const CLI::Option* o) { return o->get_group() == group; });
+    out += make_group(group, false, in_group);
+    if (group != groups.back()) out += "\n";
+  }
+  return out;
+}
+
 std::vector<CommandModel> model_of(const CLI::App& root) {
   std::vector<CommandModel> out;
   for (const auto* sub : root.get_subcommands([](const CLI::App*) { return true; })) {
     CommandModel c{sub->get_name(), one_line(sub->get_description()), {}, ValueKind::None, sub->get_footer()};
-    for (const auto* opt : sub->get_options()) {
+    for (const auto* opt : options_of(*sub)) {
       if (opt->get_positional()) {
         c.positional = opt->get_name() == "RUN" ? ValueKind::Run : ValueKind::Path;
         continue;

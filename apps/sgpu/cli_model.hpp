@@ -36,4 +36,21 @@ struct CommandModel {
 
 std::vector<CommandModel> model_of(const CLI::App& root);
 
+// A command's options in the order they were added, those of its nameless
+// option groups included. `launch` adds its ~85 options in groups of a few:
+// CLI11 compares each new option with every one already in its list, a cost
+// that grows with the square of the list and was half the instructions of a
+// launch's own start. The groups change nothing a user sees.
+std::vector<const CLI::Option*> options_of(const CLI::App& command);
+
+// --help for a command whose options are in nameless groups: one list, as if
+// they were the command's own.
+class GroupedOptionsFormatter : public CLI::Formatter {
+ public:
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override;
+
+ private:
+  std::string option_sections(const CLI::App* app) const;
+};
+
 }  // namespace sgpu::app

@@ -123,6 +123,17 @@ def test_every_flag_and_subcommand_is_in_every_shells_completion(sgpu):
                     assert flag in script, (shell, sub, flag)
 
 
+def test_no_flag_name_is_taken_twice(sgpu):
+    # launch's options are added in small groups, which CLI11 checks for a
+    # name taken twice only within each group; a second --nproc would be
+    # listed and never parsed.
+    top = sgpu.run("--help").stdout.split("Subcommands:", 1)[1]
+    for sub in re.findall(r"^  ([a-z]+)\s", top, re.M):
+        options = sgpu.run(sub, "--help").stdout.split("Options:", 1)[1]
+        names = [n for line in re.findall(r"^  (-\S+)", options, re.M) for n in line.split(",") if n.startswith("-")]
+        assert len(names) > 1 and len(names) == len(set(names)), (sub, sorted(n for n in names if names.count(n) > 1))
+
+
 # --- the man page -----------------------------------------------------------
 
 def rendered_manual(sgpu):
