@@ -136,30 +136,75 @@ def count_runs(runs_dir):
     return sum(1 for name in os.listdir(runs_dir) if not name.startswith("."))
 
 
+def new_ext4(ctx):
+    """A new ext4 file system (mkfs.ext4's defaults: journaled) on a loop device, mounted under the work
+    directory: (mount point, undo), or (None, reason) where this machine cannot make one (not root, no loop
+    devices). The work directory's own file system carries the whole machine's history."""
+    image, mnt = os.path.join(ctx.work, "ext4.img"), os.path.join(ctx.work, "ext4")
+    os.makedirs(mnt, exist_ok=True)
+    try:
+        with open(image, "wb") as f:
+            f.truncate(512 << 20)
+        for cmd in (["mkfs.ext4", "-q", "-F", image], ["mount", "-o", "loop", image, mnt]):
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            if p.returncode != 0:
+                os.unlink(image)
+                return None, f"{shlex.join(cmd[:2])}: {p.stderr.strip()[-200:] or describe_exit(p.returncode)}"
+    except OSError as e:
+        return None, str(e)
+
+    def undo():
+        subprocess.run(["umount", mnt], capture_output=True)
+        os.unlink(image)
+    return mnt, undo
+
+
 def steady_state(ctx, s):
     """8 ranks of /bin/true in a runs directory that already holds --keep-runs runs, so that every launch also
-    retires the oldest: a user's home after 100 launches. The floor runs in the same rounds."""
+    retires the oldest: a user's home after 100 launches. The floor runs in the same rounds. Twice: in the work
+    directory, and on a new ext4 file system where this machine can make one."""
     runs_dir = ctx.scratch("launch-steady-runs")
     argv = [*sgpu(ctx, N), "--log-dir", runs_dir, "--no-python", "/bin/true"]
     peers = [Peer(f"sgpu, {KEEP} runs kept (steady state)", argv, "sgpu"),
              Peer("floor (bash & wait)", [*floor(N), "/bin/true"], "floor")]
+    mnt, undo = new_ext4(ctx)
+    if mnt:
+        fresh_fs = [*sgpu(ctx, N), "--log-dir", os.path.join(mnt, "runs"), "--no-python", "/bin/true"]
+        peers.append(Peer(f"sgpu, {KEEP} runs kept (steady state), on a new ext4 file system", fresh_fs, "sgpu"))
     rows = rows_for(peers)
-    base, fl = rows
-    for _ in range(KEEP):
-        p = subprocess.run(argv, cwd=ctx.root, env=ctx.env, capture_output=True, text=True, timeout=300)
-        if p.returncode != 0:
-            base.fail(f"filling the runs directory: {describe_exit(p.returncode)}: {p.stderr.strip()[-300:]}")
-            break
-    if not base.failure and count_runs(runs_dir) != KEEP:
-        base.fail(f"filling the runs directory: {count_runs(runs_dir)} runs, expected {KEEP}")
-    runs = ["--runs", "3" if ctx.quick else "10", "--warmup", "1"]
-    alternate(ctx, "launch-steady", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i, runs))
-    if base.ok and count_runs(runs_dir) != KEEP:  # every launch retired one: no more, no fewer
-        base.fail(f"{count_runs(runs_dir)} runs left after the timed launches, expected {KEEP}")
+    base, fl = rows[0], rows[1]
+    try:
+        for row in rows:
+            if row.peer.role != "sgpu":
+                continue
+            for _ in range(KEEP):
+                p = subprocess.run(row.peer.argv, cwd=ctx.root, env=ctx.env, capture_output=True, text=True,
+                                   timeout=300)
+                if p.returncode != 0:
+                    row.fail(f"filling the runs directory: {describe_exit(p.returncode)}: {p.stderr.strip()[-300:]}")
+                    break
+            dir_of = row.peer.argv[row.peer.argv.index("--log-dir") + 1]
+            if not row.failure and count_runs(dir_of) != KEEP:
+                row.fail(f"filling the runs directory: {count_runs(dir_of)} runs, expected {KEEP}")
+        runs = ["--runs", "3" if ctx.quick else "10", "--warmup", "1"]
+        alternate(ctx, "launch-steady", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i, runs))
+        for row in rows:  # every launch retired one: no more, no fewer
+            dir_of = row.peer.argv[row.peer.argv.index("--log-dir") + 1] if row.peer.role == "sgpu" else None
+            if dir_of and row.ok and count_runs(dir_of) != KEEP:
+                row.fail(f"{count_runs(dir_of)} runs left after the timed launches, expected {KEEP}")
+    finally:
+        if mnt:
+            undo()
+    where = (f"The second sgpu row keeps its runs on a new 512 MiB ext4 file system (mkfs.ext4's defaults, a loop "
+             f"device) rather than in the work directory, whose file system carries the machine's history"
+             if mnt else f"No new ext4 file system for a second sgpu row here ({undo})")
     s.more_tables.append((f"{N} ranks of /bin/true with a runs directory already holding {KEEP} runs (the default "
                           "`--keep-runs`), so that each launch also retires the oldest run: the steady state of a "
-                          "user's home. Filled by 100 launches first; checked to hold exactly 100 runs at the end:",
-                          timing_table(rows)))
+                          "user's home. Filled by 100 launches first; checked to hold exactly 100 runs at the end. "
+                          f"{where}:", timing_table(rows)))
+    if mnt:
+        s.commands.append("truncate -s 512M $WORK/ext4.img && mkfs.ext4 -q -F $WORK/ext4.img && "
+                          "mount -o loop $WORK/ext4.img $WORK/ext4  # the new ext4 file system")
     s.commands += [shell(["hyperfine", "-N", *runs, shlex.join(r.peer.argv)]).replace(ctx.work, "$WORK")
                    for r in rows]
     if not base.ok:
@@ -168,6 +213,9 @@ def steady_state(ctx, s):
     if fl.ok:
         s.headline.append(("sgpu ÷ floor, steady state (100 runs kept, one retired per launch)",
                            fmt_ratio(median(base.values) / median(fl.values))))
+        if len(rows) > 2 and rows[2].ok:
+            s.headline.append(("sgpu ÷ floor, steady state on a new ext4 file system",
+                               fmt_ratio(median(rows[2].values) / median(fl.values))))
     return runs_dir
 
 
