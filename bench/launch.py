@@ -196,7 +196,9 @@ def steady_state(ctx, s):
         if mnt:
             undo()
     where = (f"The second sgpu row keeps its runs on a new 512 MiB ext4 file system (mkfs.ext4's defaults, a loop "
-             f"device) rather than in the work directory, whose file system carries the machine's history"
+             f"device) rather than in the work directory, whose file system carries the machine's history (ext4 "
+             f"without a journal reuses no inode freed in the last minute or more, so there each new inode scans "
+             f"past every recent deletion on the machine: the suite's, the builds')"
              if mnt else f"No new ext4 file system for a second sgpu row here ({undo})")
     s.more_tables.append((f"{N} ranks of /bin/true with a runs directory already holding {KEEP} runs (the default "
                           "`--keep-runs`), so that each launch also retires the oldest run: the steady state of a "
