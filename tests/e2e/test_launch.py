@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import time
 
@@ -317,10 +318,23 @@ def test_a_launch_of_8_ranks_holds_under_6_mib_at_its_peak(sgpu, tmp_path):
     # scattered, they cost 3.9 MiB of it and the launch 8.1-8.5 MB. The
     # portable binary may add its unpacked relocation table (glibc 2.28 has
     # no DT_RELR): 700 KiB that only a newer glibc lets a build drop.
-    with ranks_sleeping_beside_the_guard(sgpu, tmp_path, 8) as (p, _, guard):
-        peaks = {"sgpu": peak_rss_kib(p.pid), "guard": peak_rss_kib(guard)}
-        allowance = unpacked_relocations_kib(sgpu.bin)
-        assert sum(peaks.values()) < 6 * 1024 + allowance, (peaks, allowance)
+    # Which parts of the file those 64 KiB windows take in depends on where
+    # the kernel put the binary: the same launch of the portable binary held
+    # 5.8 to 6.9 MiB from run to run, and exactly the same figure every run
+    # with address randomization off (setarch -R). So the bound is on the
+    # median of five launches, as the benchmark reports its figure. A binary
+    # written seconds before (scripts/test runs this right after the portable
+    # build) mapped more still, 6.8-7.0 MiB in all five, until the file was
+    # on disk: the test writes it out first, as any installed binary is.
+    os.sync()
+    peaks = []
+    for i in range(5):
+        run = tmp_path / str(i)
+        run.mkdir()
+        with ranks_sleeping_beside_the_guard(sgpu, run, 8) as (p, _, guard):
+            peaks.append(peak_rss_kib(p.pid) + peak_rss_kib(guard))
+    allowance = unpacked_relocations_kib(sgpu.bin)
+    assert statistics.median(peaks) < 6 * 1024 + allowance, (sorted(peaks), allowance)
 
 
 def test_sgpu_grows_its_descriptor_table_for_every_rank_before_they_start(sgpu, tmp_path):
