@@ -14,10 +14,12 @@ from test_doctor import fake_libs
 SHOW = ["--no-python", "/bin/sh", "-c",
         'echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT gpus $CUDA_VISIBLE_DEVICES"']
 # Attempt 0: rank 0 makes GPU 1 report 2 uncorrectable ECC errors, then fails.
+# Attempt 0 ends through rank 0 once it has broken the GPU: the other ranks
+# wait to be stopped, so no other rank's end can stop rank 0 before it does.
 BREAK_GPU_1 = ["--no-python", "/bin/sh", "-c",
                'echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT gpus $CUDA_VISIBLE_DEVICES"; '
                'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
-               '[ "$RANK" = 0 ] && echo 1:2 > "$ECC_FILE"; exit 1; fi']
+               'if [ "$RANK" = 0 ]; then echo 1:2 > "$ECC_FILE"; exit 1; fi; exec sleep 60; fi']
 
 
 def gpus(sgpu, n, **extra):
@@ -73,11 +75,12 @@ def test_a_gpu_that_fails_during_an_attempt_is_replaced_by_a_spare_at_the_restar
 
 
 def xid_job(xid):
-    """Attempt 0: rank 0 makes GPU 1 report XID `xid` (the driver's critical-error event), then fails."""
+    """Attempt 0: rank 0 makes GPU 1 report XID `xid` (the driver's critical-error event), then fails; the
+    other ranks wait to be stopped (as BREAK_GPU_1)."""
     return ["--no-python", "/bin/sh", "-c",
             'echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT gpus $CUDA_VISIBLE_DEVICES"; '
             'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
-            f'[ "$RANK" = 0 ] && echo 1:{xid} >> "$XID_FILE"; exit 1; fi']
+            f'if [ "$RANK" = 0 ]; then echo 1:{xid} >> "$XID_FILE"; exit 1; fi; exec sleep 60; fi']
 
 
 def test_a_gpu_that_reported_a_hardware_xid_is_replaced_at_the_restart_and_a_programs_xid_is_not(sgpu, tmp_path):
