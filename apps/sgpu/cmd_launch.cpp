@@ -155,16 +155,11 @@ Command add_launch_command(CLI::App& app) {
     g->set_help_flag();  // a group is born with a copy of the command's -h,--help
     return g;
   };
-  constexpr int kGroupSize = 8;
+  constexpr std::size_t kGroupSize = 8;
   CLI::App* group = nullptr;
-  int in_group = 0;
   for (const auto& key : launcher::spec_keys()) {
     if (key.flags.empty()) continue;
-    if (group == nullptr || in_group == kGroupSize) {
-      group = new_group();
-      in_group = 0;
-    }
-    ++in_group;
+    if (flags->slots.size() % kGroupSize == 0) group = new_group();  // each flag has its slot
     auto& slot = flags->slots.emplace_back();
     slot.key = &key;
     std::string names(key.flags);
