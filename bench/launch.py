@@ -167,31 +167,30 @@ def steady_state(ctx, s):
     argv = [*sgpu(ctx, N), "--log-dir", runs_dir, "--no-python", "/bin/true"]
     peers = [Peer(f"sgpu, {KEEP} runs kept (steady state)", argv, "sgpu"),
              Peer("floor (bash & wait)", [*floor(N), "/bin/true"], "floor")]
-    mnt, undo = new_ext4(ctx)
+    mnt, undo = new_ext4(ctx)  # undo: what unmounts it, or why there is none
+    dirs = [runs_dir]  # each sgpu row's runs directory, in the rows' order
     if mnt:
-        fresh_fs = [*sgpu(ctx, N), "--log-dir", os.path.join(mnt, "runs"), "--no-python", "/bin/true"]
+        dirs.append(os.path.join(mnt, "runs"))
+        fresh_fs = [*sgpu(ctx, N), "--log-dir", dirs[1], "--no-python", "/bin/true"]
         peers.append(Peer(f"sgpu, {KEEP} runs kept (steady state), on a new ext4 file system", fresh_fs, "sgpu"))
     rows = rows_for(peers)
     base, fl = rows[0], rows[1]
+    steady = list(zip([r for r in rows if r.peer.role == "sgpu"], dirs))
     try:
-        for row in rows:
-            if row.peer.role != "sgpu":
-                continue
+        for row, runs_in in steady:
             for _ in range(KEEP):
                 p = subprocess.run(row.peer.argv, cwd=ctx.root, env=ctx.env, capture_output=True, text=True,
                                    timeout=300)
                 if p.returncode != 0:
                     row.fail(f"filling the runs directory: {describe_exit(p.returncode)}: {p.stderr.strip()[-300:]}")
                     break
-            dir_of = row.peer.argv[row.peer.argv.index("--log-dir") + 1]
-            if not row.failure and count_runs(dir_of) != KEEP:
-                row.fail(f"filling the runs directory: {count_runs(dir_of)} runs, expected {KEEP}")
+            if not row.failure and count_runs(runs_in) != KEEP:
+                row.fail(f"filling the runs directory: {count_runs(runs_in)} runs, expected {KEEP}")
         runs = ["--runs", "3" if ctx.quick else "10", "--warmup", "1"]
         alternate(ctx, "launch-steady", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i, runs))
-        for row in rows:  # every launch retired one: no more, no fewer
-            dir_of = row.peer.argv[row.peer.argv.index("--log-dir") + 1] if row.peer.role == "sgpu" else None
-            if dir_of and row.ok and count_runs(dir_of) != KEEP:
-                row.fail(f"{count_runs(dir_of)} runs left after the timed launches, expected {KEEP}")
+        for row, runs_in in steady:  # every launch retired one: no more, no fewer
+            if row.ok and count_runs(runs_in) != KEEP:
+                row.fail(f"{count_runs(runs_in)} runs left after the timed launches, expected {KEEP}")
     finally:
         if mnt:
             undo()
