@@ -278,9 +278,13 @@ def ranks_sleeping_beside_the_guard(sgpu, tmp_path, n):
         p.wait()
 
 
+def proc_status(pid):
+    """/proc/PID/status as {field: value}, the value stripped ("6848 kB")."""
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in open(f"/proc/{pid}/status"))}
+
+
 def peak_rss_kib(pid):
-    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-    return int(status["VmHWM"].split()[0])
+    return int(proc_status(pid)["VmHWM"].split()[0])
 
 
 def test_the_orphan_guard_is_a_few_pages_holding_only_its_pipe(sgpu, tmp_path):
@@ -353,8 +357,8 @@ def test_sgpu_grows_its_descriptor_table_for_every_rank_before_they_start(sgpu, 
     pid = int(shell.stdout.readline())
     try:
         assert len(read_pids(out, 8)) == 8
-        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-        assert int(status["FDSize"]) >= 64 + 5 * 8 + 64, status["FDSize"]
+        fd_size = int(proc_status(pid)["FDSize"])
+        assert fd_size >= 64 + 5 * 8 + 64, fd_size
     finally:
         os.kill(pid, signal.SIGKILL)
         shell.wait()
