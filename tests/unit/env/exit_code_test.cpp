@@ -1,5 +1,6 @@
 #include <cerrno>
 #include <csignal>
+#include <string>
 
 #include <doctest/doctest.h>
 
@@ -84,7 +85,8 @@ TEST_CASE("env::end_class") {
       {K::NotStarted, C::Failed},
   };
   for (const auto& [kind, cls] : rows) {
-    CAPTURE(job_end_name(kind));
+    const std::string name = job_end_name(kind);  // clang 14 cannot capture a structured binding
+    CAPTURE(name);
     CHECK(end_class(kind) == cls);
   }
 }

@@ -1,3 +1,5 @@
+#include <string>
+
 #include <doctest/doctest.h>
 
 #include "sgpu/env/rank_env.hpp"
@@ -45,7 +47,8 @@ TEST_CASE("env::build_rank_env") {
       {"HOME", "/root"},
   };
   for (const auto& [k, v] : expected) {
-    CAPTURE(k);
+    const std::string key = k;  // clang 14 cannot capture a structured binding
+    CAPTURE(key);
     REQUIRE(env.contains(k));
     CHECK(env.at(k) == v);
   }

@@ -214,7 +214,7 @@ TEST_CASE("launcher::not_started_json has every key a started run's summary has"
   end.cause_code = 255;
   for (const auto& link : {std::optional<TrackingLink>{}, std::optional<TrackingLink>{{"abc", "http://m/#/r/abc"}}}) {
     auto doc = not_started_json("r1", "/runs/r1", end, link);
-    for (const auto& [key, value] : started.items()) CHECK_MESSAGE(doc.contains(key), key);
+    for (const auto& item : started.items()) CHECK_MESSAGE(doc.contains(item.key()), item.key());
     CHECK(doc["exit_code"] == 255);
     CHECK(doc["root_cause"]["message"] == "cannot reach nodeb");
     if (link) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 
 #include "sgpu/launcher/runs/idempotency.hpp"
 
@@ -19,7 +20,9 @@ TEST_CASE("launcher::key_action") {
                                 Row{RunState::Succeeded, KeyAction::Reuse}, Row{RunState::Failed, KeyAction::Start},
                                 Row{RunState::TimedOut, KeyAction::Start}, Row{RunState::Cancelled, KeyAction::Start},
                                 Row{RunState::Lost, KeyAction::Start}, Row{RunState::Unknown, KeyAction::Refuse}}) {
-    CAPTURE(newest ? run_state_name(*newest) : "none");
+    // A copy: clang 14 cannot capture a structured binding in CAPTURE's lambda.
+    const std::string_view newest_state = newest ? run_state_name(*newest) : "none";
+    CAPTURE(newest_state);
     CHECK(key_action(newest) == action);
   }
 }

@@ -34,7 +34,8 @@ TEST_CASE("launcher::final_state") {
   for (auto [kind, state] : {Row{Kind::Completed, RunState::Succeeded}, Row{Kind::RankFailed, RunState::Failed},
                              Row{Kind::SpawnFailed, RunState::Failed}, Row{Kind::NodeLost, RunState::Failed},
                              Row{Kind::TimedOut, RunState::TimedOut}, Row{Kind::Interrupted, RunState::Cancelled}}) {
-    CAPTURE(static_cast<int>(kind));
+    const int kind_number = static_cast<int>(kind);  // clang 14 cannot capture a structured binding
+    CAPTURE(kind_number);
     CHECK(final_state(kind) == state);
   }
 }
