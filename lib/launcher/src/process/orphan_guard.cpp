@@ -77,7 +77,12 @@ pid_t spawn_program(int pipe) {
   ::setpgid(0, 0);  // out of the terminal's foreground group
   // Hold nothing of sgpu's: no pipe of a rank, no terminal, no socket.
   int devnull = ::open("/dev/null", O_RDWR);
-  for (int target = 0; target <= 2; ++target) ::dup2(devnull, target);
+  for (int target = 0; target <= 2; ++target) {
+    if (devnull >= 0)
+      ::dup2(devnull, target);
+    else
+      ::close(target);  // no /dev/null (a bare chroot): closed rather than sgpu's
+  }
   ::dup2(fd, 3);
   ::close_range(4, ~0U, 0);
   std::vector<pid_t> groups;
