@@ -176,11 +176,36 @@ def waiting_node0(sgpu, tmp_path):
             "--nproc", 1, "--no-python", "/bin/true"]
     p = subprocess.Popen(["prlimit", "--nofile=64", sgpu.bin, *map(str, args)], env=sgpu.env, cwd=tmp_path,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: _listening(port), timeout=30, what="node 0 to listen")
+    # Node 0's own listening socket: free_port's port may be taken by another
+    # test's process before node 0 binds it, and a connect would reach that.
+    wait_for(lambda: p.poll() is not None or _listening_by(p.pid, port), timeout=30, what="node 0 to listen")
+    assert p.poll() is None, f"node 0 exited {p.returncode}: {p.communicate()[1]}"
     yield p, port, secret
     if p.poll() is None:
         p.kill()
         p.communicate()
+
+
+def _listening_by(pid, port):
+    """Whether process pid holds a TCP socket listening on port."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                    inodes.add(fields[9])
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in {f"socket:[{i}]" for i in inodes}:
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def _listening(port):
@@ -196,8 +221,12 @@ def test_a_connection_flood_past_the_descriptor_limit_does_not_spin(sgpu, waitin
     socks = []
     try:
         # More connections than node 0 has descriptors: accept fails with EMFILE.
-        for _ in range(200):
-            socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        for i in range(200):
+            try:
+                socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            except OSError as e:
+                state = "running" if p.poll() is None else f"exited {p.returncode}: {p.communicate()[1]}"
+                raise AssertionError(f"connection {i}: {e}; node 0 {state}") from e
         before = cpu_seconds(p.pid)
         t0 = time.monotonic()
         wait_for(lambda: time.monotonic() - t0 > 2, timeout=5, what="two seconds of the flood")
