@@ -192,8 +192,9 @@ def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace(sgpu, tmp_path):
     res = sgpu.run("launch", "--nproc", 2, "--grace", "1s", "--no-python", "sh", "-c", script, env=env)
     elapsed = time.time() - (out / "failing").stat().st_mtime
     assert res.returncode == 5, res.stderr
-    # The grace, then SIGKILL: not before it, and not much after.
-    assert 0.95 <= elapsed < 2.5, f"rank 1 was killed {elapsed:.2f}s after rank 0 failed (grace 1s)"
+    # The grace, then SIGKILL: not before it, and not much after (the ASan
+    # binary's teardown and exit beside a busy second worker took 2.9 s once).
+    assert 0.95 <= elapsed < 4.0, f"rank 1 was killed {elapsed:.2f}s after rank 0 failed (grace 1s)"
     for pid in read_pids(out, 2):
         assert not pid_alive(pid)
 
