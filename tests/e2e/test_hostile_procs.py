@@ -188,20 +188,20 @@ def waiting_node0(sgpu, tmp_path):
 
 def _listening_by(pid, port):
     """Whether process pid holds a TCP socket listening on port."""
-    inodes = set()
+    sockets = set()  # as /proc/PID/fd names them
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
             for line in f.readlines()[1:]:
                 fields = line.split()
                 if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
-                    inodes.add(fields[9])
+                    sockets.add(f"socket:[{fields[9]}]")
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return False
     for fd in fds:
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") in {f"socket:[{i}]" for i in inodes}:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in sockets:
                 return True
         except OSError:
             pass
