@@ -26,6 +26,7 @@
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/preflight/preflight.hpp"
 #include "sgpu/launcher/runs/control_socket.hpp"
+#include "sgpu/launcher/runs/recycle.hpp"
 #include "sgpu/launcher/stacks/stacks.hpp"
 #include "sgpu/launcher/tracking/mlflow.hpp"
 
@@ -255,7 +256,7 @@ class Engine final : public JobHost {
 // the run goes on in a new session) and the steps that come first.
 void Engine::make_run(const std::string& root, const RunStart& planned, const LaunchPlan& plan) {
   int ranks = info_.can.ranks_here ? static_cast<int>(plan.ranks.size()) : 0;
-  run_.dir = create_run_dir(root, planned.id, ranks);
+  run_.dir = make_run_dir(root, planned.id, ranks);
   run_.id = planned.id;
   if (ctx_.spec.detach) detach_run(run_.id, run_.dir, ctx_.spec.output_format == "json", ctx_.spec.name);
   before_start(plan);

@@ -55,7 +55,7 @@ AppendFile AppendFile::adopt(int fd, std::string name) {
   return f;
 }
 
-bool AppendFile::open_deferred() {
+bool AppendFile::open_deferred(bool for_append) {
   deferred_ = false;
   // The rank's directory (and ranks/) when missing, never the run directory
   // above them: one deleted while its run is live is not made again behind
@@ -73,17 +73,27 @@ bool AppendFile::open_deferred() {
     }
     fd_ = ::open(path_.c_str(), kFlags, 0644);
   }
+  // A name that shares its inode with other ranks' logs (the empty logs of
+  // a run directory recycled from a retired run: runs/recycle.hpp) gets a
+  // file of its own before any byte goes in.
+  struct stat st {};
+  if (fd_ >= 0 && for_append && ::fstat(fd_, &st) == 0 && st.st_nlink > 1) {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+    fd_ = ::open(path_.c_str(), kFlags, 0644);
+  }
   if (fd_ < 0) error_ = fmt::format("cannot create it: {}", std::strerror(errno));
   return fd_ >= 0;
 }
 
 void AppendFile::create() {
-  if (deferred_ && !linked_) open_deferred();
+  if (deferred_ && !linked_) open_deferred(false);
 }
 
 bool AppendFile::create_as_link_to(const std::string& empty) {
   if (!deferred_ || linked_) return true;
-  if (::link(empty.c_str(), path_.c_str()) != 0) return false;
+  // A name there already is a recycled run's log, emptied as the run directory was taken.
+  if (::link(empty.c_str(), path_.c_str()) != 0 && errno != EEXIST) return false;
   linked_ = true;  // still deferred: an append opens a file of its own
   return true;
 }
@@ -112,7 +122,7 @@ AppendFile& AppendFile::operator=(AppendFile&& other) noexcept {
 }
 
 bool AppendFile::append(std::string_view bytes) {
-  if (deferred_ && !open_deferred()) return false;
+  if (deferred_ && !open_deferred(true)) return false;
   if (fd_ < 0 || !error_.empty()) return false;
   while (!bytes.empty()) {
     ssize_t n = ::write(fd_, bytes.data(), bytes.size());

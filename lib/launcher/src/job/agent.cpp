@@ -31,6 +31,7 @@
 #include "sgpu/launcher/process/events.hpp"
 #include "sgpu/launcher/process/open_files.hpp"
 #include "sgpu/launcher/process/supervisor.hpp"
+#include "sgpu/launcher/runs/recycle.hpp"
 #include "sgpu/launcher/stacks/stacks.hpp"
 #include "sgpu/rendezvous/client.hpp"
 #include "sgpu/rendezvous/host_info.hpp"
@@ -207,7 +208,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       }
       check_open_files_limit(local_ranks);  // before its rank directories are made
       auto root = runs_root(spec.log_dir, options.environment);
-      run_dir = create_run_dir(root, run_id, local_ranks, static_cast<int>(a.rank_base));
+      run_dir = make_run_dir(root, run_id, local_ranks, static_cast<int>(a.rank_base));
       if (spec.preflight.enabled && !a.spare) {  // a spare joining later is gated, not all-reduced
         begin_preflight(ready);                  // Ready goes once this node's share is done
         return std::nullopt;

@@ -134,15 +134,8 @@ std::optional<RunInfo> read_run(const std::string& root, const std::string& id) 
 }
 
 namespace {
-// Ids have a resolution of one second: runs started in the same second are
-// put in order by their recorded start (milliseconds).
-constexpr std::size_t kIdSecondPrefix = 15;  // "20261202-115301"
-
-bool same_second(const std::string& a, const std::string& b) {
-  return a.size() >= kIdSecondPrefix && b.size() >= kIdSecondPrefix &&
-         a.compare(0, kIdSecondPrefix, b, 0, kIdSecondPrefix) == 0;
-}
-
+// Runs started in the same second are put in order by their recorded start
+// (milliseconds).
 void order_newest_first(std::vector<RunInfo>& runs) {
   std::stable_sort(runs.begin(), runs.end(), [](const RunInfo& a, const RunInfo& b) {
     if (!same_second(a.id, b.id)) return a.id > b.id;

@@ -11,10 +11,12 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <optional>
 #include <system_error>
-#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -33,6 +35,10 @@ constexpr int kIoprioLowestLevel = 7;
 constexpr int kIoprioClassShift = 13;
 constexpr int kBackgroundNice = 10;
 
+// Run ids start with the year; other names under the runs directory are
+// no run's, and neither count nor go.
+bool looks_like_run(const std::string& name) { return !name.empty() && name[0] >= '0' && name[0] <= '9'; }
+
 bool has_state(const std::string& dir) {
   struct stat st {};
   return ::stat((dir + "/" + kRunStateFile).c_str(), &st) == 0;
@@ -41,23 +47,41 @@ bool has_state(const std::string& dir) {
 // Ids have a resolution of one second: when the newest `keep` end inside a
 // second, that second's runs (a few) are put in order by their recorded
 // start, as `sgpu runs` lists them.
-constexpr std::size_t kIdSecondPrefix = 15;  // "20261202-115301"
 
-bool same_second(const std::string& a, const std::string& b) {
-  return a.size() >= kIdSecondPrefix && b.size() >= kIdSecondPrefix &&
-         a.compare(0, kIdSecondPrefix, b, 0, kIdSecondPrefix) == 0;
+// The second a birth time falls in, written as a run id's first 15 characters.
+std::string id_second(std::int64_t unix_seconds) {
+  auto secs = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  return fmt::format("{:04d}{:02d}{:02d}-{:02d}{:02d}{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                     tm.tm_min, tm.tm_sec);
+}
+
+// A statx time as a time point, when it is of the id's second or later
+// (nullopt when not given, or older: a directory recycled from an older run
+// was born with that run).
+std::optional<std::chrono::system_clock::time_point> time_of_id(const std::string& id, bool given,
+                                                                const statx_timestamp& t) {
+  if (!given || id.compare(0, kRunIdSecond, id_second(t.tv_sec)) > 0) return std::nullopt;
+  return std::chrono::system_clock::time_point{std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec))};
 }
 
 // When a run started: its directory's birth time, made as it starts (one
 // statx; a launch every few milliseconds has a hundred runs in one second to
 // order, and reading each state.json cost more than the rest of retention).
-// Where the filesystem keeps no birth time, state.json's started_at.
+// A directory recycled from a retired run (runs/recycle.hpp) was born
+// before its id's second; the lock, emptied as it was taken (its mtime),
+// says when instead, as it does where the filesystem keeps no birth time.
+// Else state.json's started_at.
 std::chrono::system_clock::time_point started_at(const std::string& root, const std::string& id) {
   struct statx st {};
   auto dir = root + "/" + id;
-  if (::statx(AT_FDCWD, dir.c_str(), AT_STATX_DONT_SYNC, STATX_BTIME, &st) == 0 && (st.stx_mask & STATX_BTIME) != 0)
-    return std::chrono::system_clock::time_point{std::chrono::duration_cast<std::chrono::system_clock::duration>(
-        std::chrono::seconds(st.stx_btime.tv_sec) + std::chrono::nanoseconds(st.stx_btime.tv_nsec))};
+  if (::statx(AT_FDCWD, dir.c_str(), AT_STATX_DONT_SYNC, STATX_BTIME, &st) == 0)
+    if (auto born = time_of_id(id, (st.stx_mask & STATX_BTIME) != 0, st.stx_btime)) return *born;
+  auto lock = dir + "/" + kRunLockFile;
+  if (::statx(AT_FDCWD, lock.c_str(), AT_STATX_DONT_SYNC, STATX_MTIME, &st) == 0)
+    if (auto taken = time_of_id(id, (st.stx_mask & STATX_MTIME) != 0, st.stx_mtime)) return *taken;
   auto run = read_run(root, id);
   return run && run->started ? *run->started : std::chrono::system_clock::time_point{};
 }
@@ -94,13 +118,7 @@ RetireOutcome retire_runs(const std::string& root, int keep, std::size_t limit) 
   auto ids = run_ids(root);
   if (keep < 0 || ids.size() <= static_cast<std::size_t>(keep)) return out;  // one listing decides
   auto dir_of = [&](std::size_t i) { return root + "/" + ids[i]; };
-  // One stat per name, however often kept_span asks (the boundary's second reorders names, not runs).
-  std::unordered_map<std::string, bool> known;
-  auto is_run = [&](std::size_t i) {
-    auto [at, fresh] = known.try_emplace(ids[i], false);
-    if (fresh) at->second = has_state(dir_of(i));
-    return at->second;
-  };
+  auto is_run = [&](std::size_t i) { return looks_like_run(ids[i]); };
   auto kept = kept_span(ids.size(), keep, is_run);
   order_boundary_second(root, ids, kept);
   kept = kept_span(ids.size(), keep, is_run);
@@ -109,7 +127,7 @@ RetireOutcome retire_runs(const std::string& root, int keep, std::size_t limit) 
   for (std::size_t i = ids.size(); i > kept; --i) {  // oldest first
     auto dir = dir_of(i - 1);
     // A run without state.json is starting (or no run); one whose lock is held is running.
-    if (!is_run(i - 1) || run_lock_held(dir)) continue;
+    if (!is_run(i - 1) || !has_state(dir) || run_lock_held(dir)) continue;
     if (out.retired >= limit) {
       out.more = true;
       break;

@@ -40,7 +40,8 @@ class AppendFile {
   // The same as a hard link to `empty`, an empty file made by create():
   // a directory entry, no inode of its own (making inodes is most of what
   // a short run costs the filesystem). An append after it replaces the link
-  // with a file of its own. False when it cannot (the caller creates then).
+  // with a file of its own. A file already there (a recycled run's, emptied)
+  // stands for the link. False when it cannot (the caller creates then).
   bool create_as_link_to(const std::string& empty);
   bool is_deferred() const { return deferred_; }
   ~AppendFile();
@@ -56,7 +57,7 @@ class AppendFile {
   const std::string& path() const { return path_; }
 
  private:
-  bool open_deferred();
+  bool open_deferred(bool for_append);
 
   int fd_ = -1;
   bool deferred_ = false;

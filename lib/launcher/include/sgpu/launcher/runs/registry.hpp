@@ -6,6 +6,7 @@
 // "running", from its lock: held means the supervisor lives. Never a PID check.
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,13 @@ struct RunInfo {
 
 // True while some process holds the run's lock (its supervisor).
 bool run_lock_held(const std::string& run_dir);
+
+// Run ids have a resolution of one second ("20261202-115301-3fa2c1"): the
+// length of the part that names it, and whether two ids share that second.
+inline constexpr std::size_t kRunIdSecond = 15;
+inline bool same_second(std::string_view a, std::string_view b) {
+  return a.size() >= kRunIdSecond && b.size() >= kRunIdSecond && a.substr(0, kRunIdSecond) == b.substr(0, kRunIdSecond);
+}
 
 // Directory names under `root`, newest first (ids sort by start time); an
 // absent root has none. Reads no run.

@@ -22,9 +22,10 @@ struct RetireOutcome {
 
 // How many of `count` directory names, newest first (they sort by start
 // time, to the second), the newest `keep` runs span; `is_run(i)` says
-// whether the i-th has a state.json (one that has none is starting, or is
-// not a run: it neither counts nor goes). The names past it are the ones
-// retention may retire. Pure but for `is_run`.
+// whether the i-th is a run's (retire_runs: its name is an id's; one
+// starting, with no state.json yet, counts: a run a moment later). The names
+// past it are the ones retention may retire, those with a state.json. Pure
+// but for `is_run`.
 template <class IsRun>
 std::size_t kept_span(std::size_t count, int keep, IsRun is_run) {
   std::size_t i = 0;

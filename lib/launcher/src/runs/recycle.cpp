@@ -1,0 +1,219 @@
+#include "sgpu/launcher/runs/recycle.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>  // renameat2
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <cerrno>
+#include <charconv>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <string_view>
+#include <system_error>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "sgpu/launcher/plan/run_dir.hpp"
+#include "sgpu/launcher/runs/registry.hpp"
+#include "sgpu/launcher/runs/retire.hpp"
+#include "sgpu/launcher/runs/run_state.hpp"
+
+namespace sgpu::launcher {
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kClaimPrefix = ".new-";
+// The files a new run rewrites at once, renamed to the name its atomic write
+// (write_file_atomic) opens first, so that the write takes the old inode.
+constexpr std::pair<const char*, const char*> kRewritten[] = {{kRunStateFile, "state.json.tmp"},
+                                                              {"spec.json", "spec.json.tmp"}};
+// Files a new run opens by their name at once: emptied in place.
+constexpr const char* kEmptied[] = {"events.jsonl", kRunLockFile};
+
+// A directory descriptor, closed once.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const { return fd_; }
+  [[nodiscard]] bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+struct Entry {
+  std::string name;
+  bool dir = false;
+  ino_t ino = 0;
+};
+
+// The entries of the directory `fd` (just opened; left open), read
+// before any of them changes: a rename while readdir walks may show a name
+// twice. getdents64 itself: readdir's DIR would cost a dup, an fstat and a
+// close more for each of a run's directories.
+bool entries_of(int fd, std::vector<Entry>& out) {
+  alignas(8) char buffer[8192];
+  while (true) {
+    auto n = ::syscall(SYS_getdents64, fd, buffer, sizeof buffer);
+    if (n < 0) return false;
+    if (n == 0) return true;
+    for (long at = 0; at < n;) {
+      dirent64 e{};
+      std::memcpy(&e, buffer + at, offsetof(dirent64, d_name));
+      const char* name_at = buffer + at + offsetof(dirent64, d_name);
+      at += e.d_reclen;
+      std::string_view name(name_at);
+      if (name == "." || name == "..") continue;
+      bool is_dir = e.d_type == DT_DIR;
+      if (e.d_type == DT_UNKNOWN) {
+        struct stat st {};
+        is_dir = ::fstatat(fd, name_at, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+      }
+      out.push_back({std::string(name), is_dir, e.d_ino});
+    }
+  }
+}
+
+// Removes `name` under `parent` and all in it. False when something stays.
+bool remove_at(int parent, const Entry& e) {
+  if (!e.dir) return ::unlinkat(parent, e.name.c_str(), 0) == 0 || errno == ENOENT;
+  Fd fd(::openat(parent, e.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  std::vector<Entry> inner;
+  if (!fd.ok() || !entries_of(fd.get(), inner)) return false;
+  for (const auto& i : inner)
+    if (!remove_at(fd.get(), i)) return false;
+  return ::unlinkat(parent, e.name.c_str(), AT_REMOVEDIR) == 0;
+}
+
+// Empties the regular file `name` under `dir` (its mtime becomes now).
+bool empty_at(int dir, const char* name) {
+  int fd = ::openat(dir, name, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+bool is_log(std::string_view name) { return name == "stdout" || name == "stderr"; }
+
+// A rank's directory: its logs emptied (each inode once: the empty logs of
+// eight ranks that wrote nothing are one inode's names, which stay: the new
+// run's empty logs are links to one file too, and a log written to gets a
+// file of its own first), everything else removed.
+bool reset_rank_dir(int parent, const std::string& name, std::unordered_set<ino_t>& emptied) {
+  Fd fd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  std::vector<Entry> entries;
+  if (!fd.ok() || !entries_of(fd.get(), entries)) return false;
+  for (const auto& e : entries) {
+    bool keep = !e.dir && is_log(e.name) && (!emptied.insert(e.ino).second || empty_at(fd.get(), e.name.c_str()));
+    if (!keep && !remove_at(fd.get(), e)) return false;
+  }
+  return true;
+}
+
+// "17" -> 17; anything but a plain decimal number -> nullopt.
+std::optional<int> rank_of(std::string_view name) {
+  int r = 0;
+  auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), r);
+  if (ec != std::errc() || end != name.data() + name.size() || name.empty() || r < 0) return std::nullopt;
+  if (name.size() > 1 && name.front() == '0') return std::nullopt;  // "07" is no rank's name
+  return r;
+}
+
+bool reset_ranks(int run, int ranks, int first_rank) {
+  if (ranks <= 0) return true;
+  if (::mkdirat(run, "ranks", 0777) != 0 && errno != EEXIST) return false;
+  Fd fd(::openat(run, "ranks", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  std::vector<Entry> entries;
+  if (!fd.ok() || !entries_of(fd.get(), entries)) return false;
+  std::vector<bool> present(static_cast<std::size_t>(ranks), false);
+  std::unordered_set<ino_t> emptied;
+  for (const auto& e : entries) {
+    auto r = rank_of(e.name);
+    bool ours = e.dir && r && *r >= first_rank && *r - first_rank < ranks;
+    if (ours) {
+      if (!reset_rank_dir(fd.get(), e.name, emptied)) return false;
+      present[static_cast<std::size_t>(*r - first_rank)] = true;
+    } else if (!remove_at(fd.get(), e)) {
+      return false;
+    }
+  }
+  for (int i = 0; i < ranks; ++i)
+    if (!present[static_cast<std::size_t>(i)] && ::mkdirat(fd.get(), std::to_string(first_rank + i).c_str(), 0777) != 0)
+      return false;
+  return true;
+}
+
+const char* rewritten_as(std::string_view name) {
+  for (const auto& [from, to] : kRewritten)
+    if (name == from) return to;
+  return nullptr;
+}
+
+bool emptied(std::string_view name) {
+  for (const char* n : kEmptied)
+    if (name == n) return true;
+  return false;
+}
+
+// The claimed directory made into a new run's.
+bool reset_run(int run, int ranks, int first_rank) {
+  std::vector<Entry> entries;
+  if (!entries_of(run, entries)) return false;
+  // Removals first: a leftover state.json.tmp goes before state.json takes its name.
+  for (const auto& e : entries) {
+    bool reused = e.dir ? e.name == "ranks" && ranks > 0 : rewritten_as(e.name) != nullptr || emptied(e.name);
+    if (!reused && !remove_at(run, e)) return false;
+  }
+  for (const auto& e : entries) {
+    if (e.dir) continue;
+    if (const char* to = rewritten_as(e.name)) {
+      if (::renameat(run, e.name.c_str(), run, to) != 0 || !empty_at(run, to)) return false;
+    } else if (emptied(e.name) && !empty_at(run, e.name.c_str())) {
+      return false;
+    }
+  }
+  // Private: a run keeps its ranks' logs and environment, which may hold secrets.
+  return reset_ranks(run, ranks, first_rank) && ::fchmod(run, 0700) == 0;
+}
+}  // namespace
+
+std::optional<std::string> recycle_retired_run(const std::string& root, const std::string& run_id, int ranks,
+                                               int first_rank) {
+  auto trash_path = root + "/" + kRunsTrashDir;
+  Fd trash(::open(trash_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!trash.ok()) return std::nullopt;
+  // Shared with other launches (each claim is one rename: one wins), never
+  // with the deleter, which takes it exclusively; closing the trash drops it.
+  if (::flock(trash.get(), LOCK_SH | LOCK_NB) != 0) return std::nullopt;
+  std::vector<Entry> entries;
+  if (!entries_of(trash.get(), entries)) return std::nullopt;
+  auto claim = kClaimPrefix + run_id;
+  for (const auto& e : entries) {
+    if (!e.dir || e.name.starts_with('.') || same_second(e.name, run_id)) continue;
+    if (::renameat(trash.get(), e.name.c_str(), trash.get(), claim.c_str()) != 0) continue;  // another took it
+    Fd run(::openat(trash.get(), claim.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!run.ok() || !reset_run(run.get(), ranks, first_rank)) return std::nullopt;
+    auto dir = fs::absolute(fs::path(root) / run_id).string();
+    // Never over a directory another node of this run on this host made meanwhile: it is the run's already.
+    if (::renameat2(trash.get(), claim.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) != 0) return std::nullopt;
+    return dir;
+  }
+  return std::nullopt;
+}
+
+std::string make_run_dir(const std::string& root, const std::string& run_id, int ranks, int first_rank) {
+  if (auto dir = recycle_retired_run(root, run_id, ranks, first_rank)) return *dir;
+  return create_run_dir(root, run_id, ranks, first_rank);
+}
+
+}  // namespace sgpu::launcher
