@@ -191,7 +191,9 @@ def test_a_launch_in_a_full_runs_directory_takes_a_retired_run_and_shows_none_of
     assert res.returncode == 0, res.stderr
     run = root / third["run_id"]
     assert run.stat().st_ino in inodes
-    assert len(os.listdir(root / ".trash")) == 2  # one taken, one more retired
+    # One taken, one more retired; what the taken one held waits there for the deleter.
+    trash = sorted(os.listdir(root / ".trash"))
+    assert f".old-{third['run_id']}" in trash and len(trash) == 3, trash
     files = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
     assert files == ["events.jsonl", "lock", "ranks", "ranks/0", "ranks/0/stderr", "ranks/0/stdout", "ranks/1",
                      "ranks/1/stderr", "ranks/1/stdout", "spec.json", "state.json", "summary.json"], files

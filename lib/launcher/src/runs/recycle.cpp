@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <string_view>
 #include <system_error>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -28,12 +27,11 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kClaimPrefix = ".new-";
-// The files a new run rewrites at once, renamed to the name its atomic write
-// (write_file_atomic) opens first, so that the write takes the old inode.
-constexpr std::pair<const char*, const char*> kRewritten[] = {{kRunStateFile, "state.json.tmp"},
-                                                              {"spec.json", "spec.json.tmp"}};
-// Files a new run opens by their name at once: emptied in place.
-constexpr const char* kEmptied[] = {"events.jsonl", kRunLockFile};
+// Where what the old run left goes (a directory of the trash per launch): the
+// trash's deleter frees it later. Freeing a file's written-out blocks is what
+// costs on this path (ext4 mounted with discard waits for the device, ~75 us
+// a file here), and a retired run's logs may hold gigabytes.
+constexpr const char* kOldPrefix = ".old-";
 
 // A directory descriptor, closed once.
 class Fd {
@@ -46,6 +44,10 @@ class Fd {
   }
   [[nodiscard]] int get() const { return fd_; }
   [[nodiscard]] bool ok() const { return fd_ >= 0; }
+  void reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
 
  private:
   int fd_;
@@ -84,38 +86,46 @@ bool entries_of(int fd, std::vector<Entry>& out) {
   }
 }
 
-// Removes `name` under `parent` and all in it. False when something stays.
-bool remove_at(int parent, const Entry& e) {
-  if (!e.dir) return ::unlinkat(parent, e.name.c_str(), 0) == 0 || errno == ENOENT;
-  Fd fd(::openat(parent, e.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  std::vector<Entry> inner;
-  if (!fd.ok() || !entries_of(fd.get(), inner)) return false;
-  for (const auto& i : inner)
-    if (!remove_at(fd.get(), i)) return false;
-  return ::unlinkat(parent, e.name.c_str(), AT_REMOVEDIR) == 0;
-}
+// What the claimed directory's reset moves out of it: into a directory of
+// the trash, made at the first thing to move.
+class Junk {
+ public:
+  Junk(int trash, std::string name) : trash_(trash), name_(std::move(name)) {}
+  // Moves `name` under `dir` (a file or a whole directory) into the junk.
+  bool take(int dir, const std::string& name) {
+    if (!fd_.ok()) {
+      if (::mkdirat(trash_, name_.c_str(), 0700) != 0 && errno != EEXIST) return false;
+      fd_.reset(::openat(trash_, name_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!fd_.ok()) return false;
+    }
+    return ::renameat(dir, name.c_str(), fd_.get(), std::to_string(taken_++).c_str()) == 0 || errno == ENOENT;
+  }
 
-// Empties the regular file `name` under `dir` (its mtime becomes now).
-bool empty_at(int dir, const char* name) {
-  int fd = ::openat(dir, name, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return false;
-  ::close(fd);
-  return true;
+ private:
+  int trash_;
+  std::string name_;
+  Fd fd_;
+  int taken_ = 0;
+};
+
+// Whether the regular file `name` under `dir` holds nothing.
+bool is_empty_file(int dir, const std::string& name) {
+  struct stat st {};
+  return ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_size == 0;
 }
 
 bool is_log(std::string_view name) { return name == "stdout" || name == "stderr"; }
 
-// A rank's directory: its logs emptied (each inode once: the empty logs of
-// eight ranks that wrote nothing are one inode's names, which stay: the new
-// run's empty logs are links to one file too, and a log written to gets a
-// file of its own first), everything else removed.
-bool reset_rank_dir(int parent, const std::string& name, std::unordered_set<ino_t>& emptied) {
+// A rank's directory: its empty logs stay (those of the ranks that wrote
+// nothing are one inode's names, as the new run's empty logs are: its log
+// written to gets a file of its own first), everything else goes.
+bool reset_rank_dir(int parent, const std::string& name, Junk& junk) {
   Fd fd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   std::vector<Entry> entries;
   if (!fd.ok() || !entries_of(fd.get(), entries)) return false;
   for (const auto& e : entries) {
-    bool keep = !e.dir && is_log(e.name) && (!emptied.insert(e.ino).second || empty_at(fd.get(), e.name.c_str()));
-    if (!keep && !remove_at(fd.get(), e)) return false;
+    bool keep = !e.dir && is_log(e.name) && is_empty_file(fd.get(), e.name);
+    if (!keep && !junk.take(fd.get(), e.name)) return false;
   }
   return true;
 }
@@ -129,21 +139,20 @@ std::optional<int> rank_of(std::string_view name) {
   return r;
 }
 
-bool reset_ranks(int run, int ranks, int first_rank) {
+bool reset_ranks(int run, int ranks, int first_rank, Junk& junk) {
   if (ranks <= 0) return true;
   if (::mkdirat(run, "ranks", 0777) != 0 && errno != EEXIST) return false;
   Fd fd(::openat(run, "ranks", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   std::vector<Entry> entries;
   if (!fd.ok() || !entries_of(fd.get(), entries)) return false;
   std::vector<bool> present(static_cast<std::size_t>(ranks), false);
-  std::unordered_set<ino_t> emptied;
   for (const auto& e : entries) {
     auto r = rank_of(e.name);
     bool ours = e.dir && r && *r >= first_rank && *r - first_rank < ranks;
     if (ours) {
-      if (!reset_rank_dir(fd.get(), e.name, emptied)) return false;
+      if (!reset_rank_dir(fd.get(), e.name, junk)) return false;
       present[static_cast<std::size_t>(*r - first_rank)] = true;
-    } else if (!remove_at(fd.get(), e)) {
+    } else if (!junk.take(fd.get(), e.name)) {
       return false;
     }
   }
@@ -153,37 +162,20 @@ bool reset_ranks(int run, int ranks, int first_rank) {
   return true;
 }
 
-const char* rewritten_as(std::string_view name) {
-  for (const auto& [from, to] : kRewritten)
-    if (name == from) return to;
-  return nullptr;
-}
-
-bool emptied(std::string_view name) {
-  for (const char* n : kEmptied)
-    if (name == n) return true;
-  return false;
-}
-
-// The claimed directory made into a new run's.
-bool reset_run(int run, int ranks, int first_rank) {
+// The claimed directory made into a new run's: what holds no data stays
+// (the directories, the empty lock and logs), the rest goes to the junk.
+bool reset_run(int run, int ranks, int first_rank, Junk& junk) {
   std::vector<Entry> entries;
   if (!entries_of(run, entries)) return false;
-  // Removals first: a leftover state.json.tmp goes before state.json takes its name.
   for (const auto& e : entries) {
-    bool reused = e.dir ? e.name == "ranks" && ranks > 0 : rewritten_as(e.name) != nullptr || emptied(e.name);
-    if (!reused && !remove_at(run, e)) return false;
+    bool keep = e.dir ? e.name == "ranks" && ranks > 0 : e.name == kRunLockFile && is_empty_file(run, e.name);
+    if (!keep && !junk.take(run, e.name)) return false;
   }
-  for (const auto& e : entries) {
-    if (e.dir) continue;
-    if (const char* to = rewritten_as(e.name)) {
-      if (::renameat(run, e.name.c_str(), run, to) != 0 || !empty_at(run, to)) return false;
-    } else if (emptied(e.name) && !empty_at(run, e.name.c_str())) {
-      return false;
-    }
-  }
+  // The lock's mtime says when the run started (retire.cpp orders a second's
+  // runs by it where the directory's birth time is an older run's).
+  if (::utimensat(run, kRunLockFile, nullptr, AT_SYMLINK_NOFOLLOW) != 0 && errno != ENOENT) return false;
   // Private: a run keeps its ranks' logs and environment, which may hold secrets.
-  return reset_ranks(run, ranks, first_rank) && ::fchmod(run, 0700) == 0;
+  return reset_ranks(run, ranks, first_rank, junk) && ::fchmod(run, 0700) == 0;
 }
 }  // namespace
 
@@ -202,7 +194,8 @@ std::optional<std::string> recycle_retired_run(const std::string& root, const st
     if (!e.dir || e.name.starts_with('.') || same_second(e.name, run_id)) continue;
     if (::renameat(trash.get(), e.name.c_str(), trash.get(), claim.c_str()) != 0) continue;  // another took it
     Fd run(::openat(trash.get(), claim.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!run.ok() || !reset_run(run.get(), ranks, first_rank)) return std::nullopt;
+    Junk junk(trash.get(), kOldPrefix + run_id);
+    if (!run.ok() || !reset_run(run.get(), ranks, first_rank, junk)) return std::nullopt;
     auto dir = fs::absolute(fs::path(root) / run_id).string();
     // Never over a directory another node of this run on this host made meanwhile: it is the run's already.
     if (::renameat2(trash.get(), claim.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) != 0) return std::nullopt;

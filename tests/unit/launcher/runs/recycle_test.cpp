@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -43,6 +44,8 @@ void make_old_run(const fs::path& dir, int ranks) {
   for (const char* f : {"state.json", "spec.json", "summary.json", "events.jsonl", "metrics.jsonl", "state.json.tmp"})
     write(dir / f, std::string("old ") + f);
   write(dir / "lock", "");
+  const timespec old[2] = {{1000000000, 0}, {1000000000, 0}};  // 2001
+  REQUIRE(::utimensat(AT_FDCWD, (dir / "lock").c_str(), old, 0) == 0);
   write(dir / "stacks/20261203-000001/0.txt", "old stack");
   write(dir / "ranks/0/stdout", "old out");
   write(dir / "ranks/0/stderr", "old err");
@@ -71,6 +74,12 @@ std::set<std::string> tree(const fs::path& dir) {
   return out;
 }
 
+time_t mtime(const fs::path& p) {
+  struct stat st {};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  return st.st_mtim.tv_sec;
+}
+
 ino_t inode(const fs::path& p) {
   struct stat st {};
   REQUIRE(::lstat(p.c_str(), &st) == 0);
@@ -86,9 +95,9 @@ TEST_CASE("launcher::recycle_retired_run makes a retired run's directory into a 
     std::vector<std::string> rank_dirs;  // under ranks/, with the logs each keeps
   };
   for (const auto& row : {
-           Row{4, 4, 0, {"0/ stdout stderr", "1/ stdout stderr", "2/ stdout stderr", "3/ stdout stderr"}},
-           Row{4, 2, 0, {"0/ stdout stderr", "1/ stdout stderr"}},
-           Row{2, 4, 0, {"0/ stdout stderr", "1/ stdout stderr", "2/", "3/"}},
+           Row{4, 4, 0, {"0/", "1/ stdout stderr", "2/ stdout stderr", "3/ stdout stderr"}},
+           Row{4, 2, 0, {"0/", "1/ stdout stderr"}},
+           Row{2, 4, 0, {"0/", "1/ stdout stderr", "2/", "3/"}},
            Row{4, 2, 2, {"2/ stdout stderr", "3/ stdout stderr"}},
            Row{4, 1, 7, {"7/"}},
        }) {
@@ -98,26 +107,37 @@ TEST_CASE("launcher::recycle_retired_run makes a retired run's directory into a 
     Root root;
     make_old_run(root.old_run(), row.old_ranks);
     auto dir_inode = inode(root.old_run());
-    auto events_inode = inode(root.old_run() / "events.jsonl");
-    auto state_inode = inode(root.old_run() / "state.json");
+    auto lock_inode = inode(root.old_run() / "lock");
+    auto empty_log_inode = inode(root.old_run() / "ranks/1/stdout");
+    auto before = ::time(nullptr);
 
     auto dir = recycle_retired_run(root.path.string(), kNew, row.ranks, row.first_rank);
     REQUIRE(dir);
     CHECK(*dir == (root.path / kNew).string());
-    std::set<std::string> expected = {"events.jsonl 0", "lock 0", "state.json.tmp 0", "spec.json.tmp 0", "ranks/"};
+    std::set<std::string> expected = {"lock 0", "ranks/"};
     for (const auto& rank : row.rank_dirs) {
       auto name = rank.substr(0, rank.find('/'));
       expected.insert("ranks/" + name + "/");
       for (const char* log : {"stdout", "stderr"})
-        if (rank.find(log) != std::string::npos) expected.insert("ranks/" + name + "/" + log + " 0");
+        if (rank.find(log) != std::string::npos) {
+          expected.insert("ranks/" + name + "/" + log + " 0");
+          CHECK(inode(fs::path(*dir) / "ranks" / name / log) == empty_log_inode);
+        }
     }
     CHECK(tree(*dir) == expected);
-    // The same inodes: no file made, none freed but what the new run has no use for.
+    // The same inodes: no file made for what stays, none freed on the way.
     CHECK(inode(*dir) == dir_inode);
-    CHECK(inode(fs::path(*dir) / "events.jsonl") == events_inode);
-    CHECK(inode(fs::path(*dir) / "state.json.tmp") == state_inode);
+    CHECK(inode(fs::path(*dir) / "lock") == lock_inode);
+    CHECK(mtime(fs::path(*dir) / "lock") >= before - 1);  // when the run started, not the old run's
     CHECK((fs::status(*dir).permissions() & fs::perms::all) == fs::perms::owner_all);
-    CHECK(fs::is_empty(root.path / ".trash"));
+    // What the old run left waits in the trash for the deleter, unread.
+    std::vector<std::string> trash;
+    for (const auto& e : fs::directory_iterator(root.path / ".trash")) trash.push_back(e.path().filename().string());
+    CHECK(trash == std::vector<std::string>{std::string(".old-") + kNew});
+    std::size_t old_bytes = 0;
+    for (const auto& e : fs::recursive_directory_iterator(root.path / ".trash"))
+      if (e.is_regular_file()) old_bytes += fs::file_size(e.path());
+    CHECK(old_bytes > 0);
   }
 }
 
@@ -179,6 +199,6 @@ TEST_CASE("launcher::make_run_dir makes a new directory when there is nothing to
   CHECK(tree(dir) == std::set<std::string>{"ranks/", "ranks/0/", "ranks/1/"});
   make_old_run(root.old_run(), 2);
   auto again = make_run_dir(root.path.string(), "20261203-000003-00000c", 1, 0);
-  CHECK(fs::exists(fs::path(again) / "ranks/0/stdout"));  // the old run's, emptied
-  CHECK(fs::file_size(fs::path(again) / "ranks/0/stdout") == 0);
+  CHECK(fs::exists(fs::path(again) / "lock"));  // the old run's
+  CHECK(fs::exists(root.path / ".trash" / ".old-20261203-000003-00000c"));
 }

@@ -5,11 +5,14 @@
 // that removed the old one cost the file system ~20 inodes made and ~20
 // freed a launch; on ext4 without a journal each new inode is searched for
 // past every inode freed in the last half minute or so, which made a launch
-// in a busy runs directory cost up to three times one in a new home. Taking
-// a retired run's directory instead reuses its inodes: its directory, its
-// ranks' directories, its events, lock, state and spec files, and one log
-// file per inode its ranks had. The new run sees what a new directory holds:
-// every file of the old run is emptied or removed before it gets its name.
+// in a busy runs directory cost up to twice one in a new home. Taking a
+// retired run's directory instead reuses its inodes that hold no data: its
+// directory, its ranks' directories, its empty lock and empty logs (one
+// inode for all the ranks that wrote nothing). Everything that holds data
+// goes to the trash, for the deleter: freeing written-out blocks waits for
+// the device where the file system discards them (~75 us a file on this
+// machine's ext4), and an old run's logs may hold gigabytes. The new run sees
+// what a new directory holds.
 #include <optional>
 #include <string>
 
@@ -17,19 +20,18 @@ namespace sgpu::launcher {
 
 // What a run directory holds at the start, from a retired one: the run
 // directory (mode 0700) with ranks/<r>/ for r in first_rank ..
-// first_rank+ranks-1 and nothing else in them but each rank's stdout and
-// stderr, emptied, where the old run had one of its own (the names of one
-// inode shared by several ranks' empty logs keep one name); events.jsonl and
-// lock emptied; state.json and spec.json renamed to the names their next
-// atomic write writes first (state.json.tmp, spec.json.tmp), emptied. Every
-// other file and directory of the old run is removed.
+// first_rank+ranks-1, an empty lock (its mtime now) where the old run had
+// one, and in each rank's directory the old logs that were empty. Everything
+// else the old run left (its events, state, spec, summary, logs written to,
+// results, other ranks' directories, ...) is moved, unread, into
+// <root>/.trash/.old-<run_id>, which the trash's deleter removes.
 //
 // It is made under the trash (a hidden claim name, so no listing sees it and
 // two launches never take the same one) and renamed to <root>/<run_id> when
 // ready. A retired run whose id is of the same second as run_id is left
 // alone: retention orders one second's runs by their directory's birth
 // time, which a reused directory does not have (retire.cpp reads such a
-// run's state.json instead). Nothing is taken while the trash's deleter
+// run's lock mtime instead). Nothing is taken while the trash's deleter
 // works (its lock), nor from an empty trash: nullopt then, and after any
 // failure (what was claimed stays in the trash for the deleter).
 std::optional<std::string> recycle_retired_run(const std::string& root, const std::string& run_id, int ranks,

@@ -1,7 +1,8 @@
 #pragma once
 // Retention at launch (--keep-runs), paid by no launch: a finished run
 // beyond the newest `keep` is retired by renaming it into <root>/.trash (one
-// metadata operation), a bounded number per launch; what is in the trash is
+// metadata operation), a bounded number per launch; the next launch takes
+// one for its own directory (runs/recycle.hpp); what is left in the trash is
 // deleted by a detached, low-priority process once a batch has gathered (or
 // when more runs wait to be retired than one launch takes), after the
 // launching sgpu has written everything it reports.
