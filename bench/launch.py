@@ -200,8 +200,8 @@ def steady_state(ctx, s):
              f"past every recent deletion on the machine: the suite's, the builds')"
              if mnt else f"No new ext4 file system for a second sgpu row here ({undo})")
     s.more_tables.append((f"{N} ranks of /bin/true with a runs directory already holding {KEEP} runs (the default "
-                          "`--keep-runs`), so that each launch also retires the oldest run: the steady state of a "
-                          "user's home. Filled by 100 launches first; checked to hold exactly 100 runs at the end. "
+                          "`--keep-runs`), so that each launch also retires the oldest run and takes a retired run's "
+                          "directory for its own (runs/recycle.hpp): the steady state of a user's home. Filled by 100 launches first; checked to hold exactly 100 runs at the end. "
                           f"{where}:", timing_table(rows)))
     if mnt:
         s.commands.append("truncate -s 512M $WORK/ext4.img && mkfs.ext4 -q -F $WORK/ext4.img && "

@@ -77,7 +77,8 @@ def table(m):
          "the loop's registrations, events, the rank's setup before exec)", 8 * (per_rank - floor_rank),
          "8 x the difference"),
         ("the run directory on this machine's ext4 rather than tmpfs", m["disk8"] - m["tmpfs8"], "disk8 - tmpfs8"),
-        ("retiring the oldest run (a rename into the trash; the deletion, detached, every 8 launches)",
+        ("retiring the oldest run and taking a retired one's directory (renames: the run into the trash, the "
+         "old run's files out of the one taken; the deletion, detached, every 8 launches)",
          m["steady8"] - m["disk8"], "steady8 - disk8"),
     ]
     return [["phase", "time", "from (medians)"]] + [[what, f"{ms:.2f} ms", how] for what, ms, how in rows]

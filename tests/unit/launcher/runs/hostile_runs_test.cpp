@@ -3,7 +3,10 @@
 // retention's bounded share of a launch.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -183,4 +186,35 @@ TEST_CASE("launcher::retire_runs renames a bounded number of the oldest finished
   CHECK(left ==
         std::vector<std::string>{"20261203-000006-000006", "20261203-000005-000005", "20261203-000000-starting"});
   CHECK_FALSE(retire_runs(root.path.string(), 2, 3).more);
+}
+
+TEST_CASE("launcher::retire_runs orders a second's runs by when each started, recycled directories too") {
+  // Two runs of one second at the boundary of `keep`: the one that started
+  // later stays, whatever their ids' random parts say. Their directories are
+  // born now, before their ids' second (as a retired run's, recycled, is):
+  // the lock's mtime (set as the directory was taken) says when each started.
+  auto in_ten = std::time(nullptr) + 10;
+  std::tm tm{};
+  ::gmtime_r(&in_ten, &tm);
+  auto second = fmt::format("{:04d}{:02d}{:02d}-{:02d}{:02d}{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                            tm.tm_hour, tm.tm_min, tm.tm_sec);
+  struct Row {
+    long a_started_ms;  // after the second's start
+    long b_started_ms;
+    const char* kept;
+  };
+  for (const auto& row : {Row{200, 100, "aaaaaa"}, Row{100, 200, "bbbbbb"}}) {
+    CAPTURE(row.kept);
+    TempRoot root;
+    for (const auto& [suffix, ms] : {std::pair{"aaaaaa", row.a_started_ms}, std::pair{"bbbbbb", row.b_started_ms}}) {
+      auto id = second + "-" + suffix;
+      root.run(id, good_record().dump());
+      std::ofstream(root.path / id / "lock").flush();
+      const timespec at[2] = {{in_ten, ms * 1000000}, {in_ten, ms * 1000000}};
+      REQUIRE(::utimensat(AT_FDCWD, (root.path / id / "lock").c_str(), at, 0) == 0);
+    }
+    auto out = retire_runs(root.path.string(), 1, 8);
+    CHECK(out.retired == 1);
+    CHECK(run_ids(root.path.string()) == std::vector<std::string>{second + "-" + row.kept});
+  }
 }
