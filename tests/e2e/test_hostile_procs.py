@@ -208,14 +208,6 @@ def _listening_by(pid, port):
     return False
 
 
-def _listening(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 def test_a_connection_flood_past_the_descriptor_limit_does_not_spin(sgpu, waiting_node0):
     p, port, _ = waiting_node0
     socks = []
@@ -269,7 +261,8 @@ def test_a_refused_node_is_named_in_the_join_timeout_error(sgpu, tmp_path):
     p = static_node(sgpu, 2, 0, f"127.0.0.1:{port}", secret, "--join-timeout", "3s", "--nproc", 1, "--no-python",
                     "/bin/true")
     try:
-        wait_for(lambda: _listening(port), timeout=30, what="node 0 to listen")
+        wait_for(lambda: p.poll() is not None or _listening_by(p.pid, port), timeout=30, what="node 0 to listen")
+        assert p.poll() is None, f"node 0 exited {p.returncode}: {p.communicate()[1]}"
         for _ in range(5):
             wrong_secret_peer(port)
         out, err = p.communicate(timeout=60)
@@ -289,7 +282,8 @@ def test_refused_unauthenticated_peers_print_one_line_then_a_count(sgpu, tmp_pat
     secret = make_secret_file(tmp_path / "secret")
     p = static_node(sgpu, 2, 0, f"127.0.0.1:{port}", secret, "--nproc", 1, "--no-python", "/bin/true")
     try:
-        wait_for(lambda: _listening(port), timeout=30, what="node 0 to listen")
+        wait_for(lambda: p.poll() is not None or _listening_by(p.pid, port), timeout=30, what="node 0 to listen")
+        assert p.poll() is None, f"node 0 exited {p.returncode}: {p.communicate()[1]}"
         for _ in range(20):
             wrong_secret_peer(port)
         a = agent(sgpu, f"127.0.0.1:{port}", secret, "--node-name", "good")
