@@ -211,6 +211,29 @@ def test_a_launch_in_a_full_runs_directory_takes_a_retired_run_and_shows_none_of
     assert listed[0]["state"] == "succeeded" and listed[0]["world_size"] == 2
 
 
+def test_a_killed_sgpu_in_a_recycled_run_directory_leaves_a_lost_run_of_its_own(sgpu, tmp_path):
+    env = dict(sgpu.env, SGPU_HOME=str(tmp_path / "home"), SGPU_KEEP_RUNS="1")
+    res, first = launch_json(sgpu, "--no-python", "sh", "-c", "echo old", env=env)
+    assert res.returncode == 0, res.stderr
+    root = tmp_path / "home" / "runs"
+    make_old_runs(root / first["run_id"], root, 1)  # of 2020
+    inodes = {(root / name).stat().st_ino for name in run_names(root)}
+    res, _ = launch_json(sgpu, "--no-python", "true", env=env)  # retires both into the trash
+    assert res.returncode == 0 and len(os.listdir(root / ".trash")) == 2, res.stderr
+    started = tmp_path / "started"
+    res = sgpu.run("launch", "--detach", "--no-python", "sh", "-c", f"touch {started}; exec sleep 60", env=env)
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip()
+    assert (root / run_id).stat().st_ino in inodes  # a retired run's directory
+    wait_for(started.exists, 20, "the rank to start")
+    pid = json.loads(sgpu.run("status", run_id, "-o", "json", env=env).stdout)["sgpu_pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: all_dead([pid]), 20, "sgpu to die")
+    st = json.loads(sgpu.run("status", run_id, "-o", "json", env=env).stdout)
+    assert st["state"] == "lost" and st["run_id"] == run_id, st
+    assert sgpu.run("logs", run_id, env=env).stdout == ""  # nothing of the old run's "old"
+
+
 def test_logs_tail_shows_the_end_of_a_huge_last_line(sgpu):
     script = "echo first; head -c 20000000 /dev/zero | tr '\\0' x; echo END"
     res, summary = launch_json(sgpu, "--no-python", "sh", "-c", script)
