@@ -111,6 +111,7 @@ int run_command(int argc, char** argv, sgpu::app::Ending& ending) {
 
 int main(int argc, char** argv) {
   sgpu::app::open_standard_fds();  // first: before anything takes descriptor 0, 1 or 2
+  sgpu::app::give_back_relocation_table();
   // A closed pipe is a failed write sgpu reports, never its death; ranks and
   // other children get the default back before exec (process/spawn.cpp).
   std::signal(SIGPIPE, SIG_IGN);

@@ -1,6 +1,8 @@
 #include "startup.hpp"
 
 #include <fcntl.h>
+#include <link.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <cerrno>
 #include <charconv>
@@ -27,6 +29,33 @@ void open_standard_fds() {
     }
   }
 }
+
+namespace {
+int give_back_table(dl_phdr_info* info, size_t /*size*/, void* /*data*/) {
+  // The first object is the program itself.
+  const ElfW(Dyn)* dynamic = nullptr;
+  for (int i = 0; i < info->dlpi_phnum; ++i)
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+      dynamic = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  if (dynamic == nullptr) return 1;
+  ElfW(Addr) table = 0;
+  std::size_t bytes = 0;
+  for (const auto* d = dynamic; d->d_tag != DT_NULL; ++d) {
+    if (d->d_tag == DT_RELA) table = d->d_un.d_ptr;
+    if (d->d_tag == DT_RELASZ) bytes = d->d_un.d_val;
+  }
+  if (table == 0 || bytes == 0) return 1;
+  // glibc's loader adds the load address to the entry in place; another may not.
+  if (table < info->dlpi_addr) table += info->dlpi_addr;
+  auto page = static_cast<ElfW(Addr)>(::sysconf(_SC_PAGESIZE));
+  auto first = (table + page - 1) / page * page;
+  auto end = (table + bytes) / page * page;
+  if (end > first) ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+  return 1;
+}
+}  // namespace
+
+void give_back_relocation_table() { ::dl_iterate_phdr(give_back_table, nullptr); }
 
 CLI::Validator at_least(long long min) {
   auto check = [min](std::string& text) -> std::string {
