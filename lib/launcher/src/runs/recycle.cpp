@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "sgpu/launcher/plan/run_dir.hpp"
-#include "sgpu/launcher/runs/registry.hpp"
 #include "sgpu/launcher/runs/retire.hpp"
 #include "sgpu/launcher/runs/run_state.hpp"
 
@@ -191,7 +190,7 @@ std::optional<std::string> recycle_retired_run(const std::string& root, const st
   if (!entries_of(trash.get(), entries)) return std::nullopt;
   auto claim = kClaimPrefix + run_id;
   for (const auto& e : entries) {
-    if (!e.dir || e.name.starts_with('.') || same_second(e.name, run_id)) continue;
+    if (!e.dir || e.name.starts_with('.')) continue;
     if (::renameat(trash.get(), e.name.c_str(), trash.get(), claim.c_str()) != 0) continue;  // another took it
     Fd run(::openat(trash.get(), claim.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     Junk junk(trash.get(), kOldPrefix + run_id);

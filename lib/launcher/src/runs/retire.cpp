@@ -67,21 +67,22 @@ std::optional<std::chrono::system_clock::time_point> time_of_id(const std::strin
       std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec))};
 }
 
-// When a run started: its directory's birth time, made as it starts (one
-// statx; a launch every few milliseconds has a hundred runs in one second to
-// order, and reading each state.json cost more than the rest of retention).
-// A directory recycled from a retired run (runs/recycle.hpp) was born
-// before its id's second; the lock, emptied as it was taken (its mtime),
-// says when instead, as it does where the filesystem keeps no birth time.
-// Else state.json's started_at.
+// When a run started: its lock's mtime, the time the lock was made or (a
+// directory recycled from a retired run: runs/recycle.hpp) taken, as the run
+// starts, and never changed after (one statx; a launch every few
+// milliseconds has a hundred runs in one second to order, and reading each
+// state.json cost more than the rest of retention). A directory recycled
+// from a run of the same second is no younger by its birth time, which was
+// the first measure. Without a lock of the id's second or later, the
+// directory's birth time, then state.json's started_at.
 std::chrono::system_clock::time_point started_at(const std::string& root, const std::string& id) {
   struct statx st {};
   auto dir = root + "/" + id;
-  if (::statx(AT_FDCWD, dir.c_str(), AT_STATX_DONT_SYNC, STATX_BTIME, &st) == 0)
-    if (auto born = time_of_id(id, (st.stx_mask & STATX_BTIME) != 0, st.stx_btime)) return *born;
   auto lock = dir + "/" + kRunLockFile;
   if (::statx(AT_FDCWD, lock.c_str(), AT_STATX_DONT_SYNC, STATX_MTIME, &st) == 0)
     if (auto taken = time_of_id(id, (st.stx_mask & STATX_MTIME) != 0, st.stx_mtime)) return *taken;
+  if (::statx(AT_FDCWD, dir.c_str(), AT_STATX_DONT_SYNC, STATX_BTIME, &st) == 0)
+    if (auto born = time_of_id(id, (st.stx_mask & STATX_BTIME) != 0, st.stx_btime)) return *born;
   auto run = read_run(root, id);
   return run && run->started ? *run->started : std::chrono::system_clock::time_point{};
 }

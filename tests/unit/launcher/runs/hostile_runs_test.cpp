@@ -190,31 +190,36 @@ TEST_CASE("launcher::retire_runs renames a bounded number of the oldest finished
 
 TEST_CASE("launcher::retire_runs orders a second's runs by when each started, recycled directories too") {
   // Two runs of one second at the boundary of `keep`: the one that started
-  // later stays, whatever their ids' random parts say. Their directories are
-  // born now, before their ids' second (as a retired run's, recycled, is):
-  // the lock's mtime (set as the directory was taken) says when each started.
-  auto in_ten = std::time(nullptr) + 10;
-  std::tm tm{};
-  ::gmtime_r(&in_ten, &tm);
-  auto second = fmt::format("{:04d}{:02d}{:02d}-{:02d}{:02d}{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                            tm.tm_hour, tm.tm_min, tm.tm_sec);
-  struct Row {
-    long a_started_ms;  // after the second's start
-    long b_started_ms;
-    const char* kept;
-  };
-  for (const auto& row : {Row{200, 100, "aaaaaa"}, Row{100, 200, "bbbbbb"}}) {
-    CAPTURE(row.kept);
-    TempRoot root;
-    for (const auto& [suffix, ms] : {std::pair{"aaaaaa", row.a_started_ms}, std::pair{"bbbbbb", row.b_started_ms}}) {
-      auto id = second + "-" + suffix;
-      root.run(id, good_record().dump());
-      std::ofstream(root.path / id / "lock").flush();
-      const timespec at[2] = {{in_ten, ms * 1000000}, {in_ten, ms * 1000000}};
-      REQUIRE(::utimensat(AT_FDCWD, (root.path / id / "lock").c_str(), at, 0) == 0);
+  // later stays, whatever their ids' random parts or their directories'
+  // birth times say. The lock's mtime (set as a recycled directory is taken)
+  // says when each started. Their directories are born now, in order a then
+  // b: after their ids' second (ids of a second ago), or before it (ids of
+  // ten seconds on), as a directory recycled from an older run is.
+  for (long offset : {-1L, 10L}) {
+    CAPTURE(offset);
+    auto at_second = std::time(nullptr) + offset;
+    std::tm tm{};
+    ::gmtime_r(&at_second, &tm);
+    auto second = fmt::format("{:04d}{:02d}{:02d}-{:02d}{:02d}{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                              tm.tm_hour, tm.tm_min, tm.tm_sec);
+    struct Row {
+      long a_started_ms;  // after the second's start
+      long b_started_ms;
+      const char* kept;
+    };
+    for (const auto& row : {Row{200, 100, "aaaaaa"}, Row{100, 200, "bbbbbb"}}) {
+      CAPTURE(row.kept);
+      TempRoot root;
+      for (const auto& [suffix, ms] : {std::pair{"aaaaaa", row.a_started_ms}, std::pair{"bbbbbb", row.b_started_ms}}) {
+        auto id = second + "-" + suffix;
+        root.run(id, good_record().dump());
+        std::ofstream(root.path / id / "lock").flush();
+        const timespec at[2] = {{at_second, ms * 1000000}, {at_second, ms * 1000000}};
+        REQUIRE(::utimensat(AT_FDCWD, (root.path / id / "lock").c_str(), at, 0) == 0);
+      }
+      auto out = retire_runs(root.path.string(), 1, 8);
+      CHECK(out.retired == 1);
+      CHECK(run_ids(root.path.string()) == std::vector<std::string>{second + "-" + row.kept});
     }
-    auto out = retire_runs(root.path.string(), 1, 8);
-    CHECK(out.retired == 1);
-    CHECK(run_ids(root.path.string()) == std::vector<std::string>{second + "-" + row.kept});
   }
 }

@@ -166,13 +166,18 @@ TEST_CASE("launcher::recycle_retired_run takes nothing it must not") {
     fs::remove(root.path / ".trash");
     CHECK_FALSE(recycle_retired_run(root.path.string(), kNew, 2));
   }
-  SUBCASE("only a run of the new run's second, or hidden entries") {
+  SUBCASE("only hidden entries: another launch's claim, what a taken run held") {
+    Root root;
+    make_old_run(root.path / ".trash" / ".new-20261203-000001-00000b", 2);
+    make_old_run(root.path / ".trash" / ".old-20261203-000001-00000c", 2);
+    CHECK_FALSE(recycle_retired_run(root.path.string(), kNew, 2));
+    CHECK(fs::exists(root.path / ".trash" / ".new-20261203-000001-00000b" / "summary.json"));
+    CHECK_FALSE(fs::exists(root.path / kNew));
+  }
+  SUBCASE("a run of the new run's own second is taken too (retention orders them by the lock)") {
     Root root;
     make_old_run(root.path / ".trash" / "20261203-000002-0000ff", 2);
-    make_old_run(root.path / ".trash" / ".new-20261203-000001-00000b", 2);
-    CHECK_FALSE(recycle_retired_run(root.path.string(), kNew, 2));
-    CHECK(fs::exists(root.path / ".trash" / "20261203-000002-0000ff" / "summary.json"));
-    CHECK_FALSE(fs::exists(root.path / kNew));
+    CHECK(recycle_retired_run(root.path.string(), kNew, 2));
   }
   SUBCASE("the trash's deleter at work") {
     Root root;

@@ -28,12 +28,11 @@ namespace sgpu::launcher {
 //
 // It is made under the trash (a hidden claim name, so no listing sees it and
 // two launches never take the same one) and renamed to <root>/<run_id> when
-// ready. A retired run whose id is of the same second as run_id is left
-// alone: retention orders one second's runs by their directory's birth
-// time, which a reused directory does not have (retire.cpp reads such a
-// run's lock mtime instead). Nothing is taken while the trash's deleter
-// works (its lock), nor from an empty trash: nullopt then, and after any
-// failure (what was claimed stays in the trash for the deleter).
+// ready. Retention orders one second's runs by their lock's mtime, which
+// the reset sets (a reused directory's birth time is its old run's).
+// Nothing is taken while the trash's deleter works (its lock), nor from an
+// empty trash: nullopt then, and after any failure (what was claimed stays
+// in the trash for the deleter).
 std::optional<std::string> recycle_retired_run(const std::string& root, const std::string& run_id, int ranks,
                                                int first_rank = 0);
 
