@@ -22,6 +22,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "sgpu/env/error.hpp"
+#include "sgpu/launcher/io/fd.hpp"
 #include "sgpu/launcher/io/print.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
 
@@ -32,24 +33,6 @@ namespace asio = boost::asio;
 namespace {
 constexpr std::size_t kTailWindow = 8 << 20;  // how far back --tail looks
 constexpr std::size_t kReadChunk = 1 << 20;
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 RunInfo reread(const RunInfo& run) {
   auto again = read_run(fs::path(run.dir).parent_path().string(), run.id);

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "sgpu/launcher/io/fd.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/retire.hpp"
 #include "sgpu/launcher/runs/run_state.hpp"
@@ -32,30 +33,9 @@ constexpr const char* kClaimPrefix = ".new-";
 // a file here), and a retired run's logs may hold gigabytes.
 constexpr const char* kOldPrefix = ".old-";
 
-// A directory descriptor, closed once.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const { return fd_; }
-  [[nodiscard]] bool ok() const { return fd_ >= 0; }
-  void reset(int fd) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_;
-};
-
 struct Entry {
   std::string name;
   bool dir = false;
-  ino_t ino = 0;
 };
 
 // The entries of the directory `fd` (just opened; left open), read
@@ -80,7 +60,7 @@ bool entries_of(int fd, std::vector<Entry>& out) {
         struct stat st {};
         is_dir = ::fstatat(fd, name_at, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
       }
-      out.push_back({std::string(name), is_dir, e.d_ino});
+      out.push_back({std::string(name), is_dir});
     }
   }
 }
