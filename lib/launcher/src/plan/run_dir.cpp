@@ -19,14 +19,17 @@
 namespace sgpu::launcher {
 namespace fs = std::filesystem;
 
-std::string make_run_id() {
-  std::time_t now = std::time(nullptr);
+std::string run_id_second(std::time_t unix_seconds) {
   std::tm tm{};
-  ::gmtime_r(&now, &tm);
+  ::gmtime_r(&unix_seconds, &tm);
+  return fmt::format("{:04d}{:02d}{:02d}-{:02d}{:02d}{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                     tm.tm_min, tm.tm_sec);
+}
+
+std::string make_run_id() {
   unsigned char bytes[3] = {};
   if (::getrandom(bytes, sizeof bytes, 0) != sizeof bytes) bytes[0] = static_cast<unsigned char>(::clock());
-  return fmt::format("{:04d}{:02d}{:02d}-{:02d}{:02d}{:02d}-{:02x}{:02x}{:02x}", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, bytes[0], bytes[1], bytes[2]);
+  return fmt::format("{}-{:02x}{:02x}{:02x}", run_id_second(std::time(nullptr)), bytes[0], bytes[1], bytes[2]);
 }
 
 std::string default_runs_root(const env::Environment& environment) {

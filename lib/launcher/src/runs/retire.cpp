@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdint>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -20,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
 
 namespace sgpu::launcher {
@@ -48,21 +48,12 @@ bool has_state(const std::string& dir) {
 // second, that second's runs (a few) are put in order by their recorded
 // start, as `sgpu runs` lists them.
 
-// The second a birth time falls in, written as a run id's first 15 characters.
-std::string id_second(std::int64_t unix_seconds) {
-  auto secs = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  return fmt::format("{:04d}{:02d}{:02d}-{:02d}{:02d}{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec);
-}
-
 // A statx time as a time point, when it is of the id's second or later
 // (nullopt when not given, or older: a directory recycled from an older run
 // was born with that run).
 std::optional<std::chrono::system_clock::time_point> time_of_id(const std::string& id, bool given,
                                                                 const statx_timestamp& t) {
-  if (!given || id.compare(0, kRunIdSecond, id_second(t.tv_sec)) > 0) return std::nullopt;
+  if (!given || id.compare(0, kRunIdSecond, run_id_second(static_cast<std::time_t>(t.tv_sec))) > 0) return std::nullopt;
   return std::chrono::system_clock::time_point{std::chrono::duration_cast<std::chrono::system_clock::duration>(
       std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec))};
 }

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/registry.hpp"
 #include "sgpu/launcher/runs/retire.hpp"
 #include "sgpu/launcher/runs/run_state.hpp"
@@ -198,10 +199,7 @@ TEST_CASE("launcher::retire_runs orders a second's runs by when each started, re
   for (long offset : {-1L, 10L}) {
     CAPTURE(offset);
     auto at_second = std::time(nullptr) + offset;
-    std::tm tm{};
-    ::gmtime_r(&at_second, &tm);
-    auto second = fmt::format("{:04d}{:02d}{:02d}-{:02d}{:02d}{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                              tm.tm_hour, tm.tm_min, tm.tm_sec);
+    auto second = run_id_second(at_second);
     struct Row {
       long a_started_ms;  // after the second's start
       long b_started_ms;

@@ -2,6 +2,7 @@
 // The run directory: one per launch, the place that keeps everything a run
 // leaves behind (per-rank error and result files, logs, summary).
 //   <root>/<run-id>/ranks/<rank>/{error.json,result}
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -13,6 +14,9 @@ namespace sgpu::launcher {
 
 // "20261202-115301-3fa2c1": sortable by start time, unique by 24 random bits.
 std::string make_run_id();
+
+// A run id's first part, the UTC second it names: "20261202-115301".
+std::string run_id_second(std::time_t unix_seconds);
 
 // $SGPU_HOME/runs (a "~" in it expanded), $XDG_STATE_HOME/sgpu/runs or
 // ~/.local/state/sgpu/runs; with none of them set, private_temp_dir()/runs.
