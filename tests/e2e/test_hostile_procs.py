@@ -176,14 +176,20 @@ def waiting_node0(sgpu, tmp_path):
             "--nproc", 1, "--no-python", "/bin/true"]
     p = subprocess.Popen(["prlimit", "--nofile=64", sgpu.bin, *map(str, args)], env=sgpu.env, cwd=tmp_path,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # Node 0's own listening socket: free_port's port may be taken by another
-    # test's process before node 0 binds it, and a connect would reach that.
-    wait_for(lambda: p.poll() is not None or _listening_by(p.pid, port), timeout=30, what="node 0 to listen")
-    assert p.poll() is None, f"node 0 exited {p.returncode}: {p.communicate()[1]}"
+    wait_until_listening(p, port)
     yield p, port, secret
     if p.poll() is None:
         p.kill()
         p.communicate()
+
+
+def wait_until_listening(p, port):
+    """Waits for node 0 (process p) to listen on port with a socket of its own:
+    free_port's port may be taken by another test's process before node 0
+    binds it, and a connect would reach that. Fails with node 0's stderr if it
+    ended first."""
+    wait_for(lambda: p.poll() is not None or _listening_by(p.pid, port), timeout=30, what="node 0 to listen")
+    assert p.poll() is None, f"node 0 exited {p.returncode}: {p.communicate()[1]}"
 
 
 def _listening_by(pid, port):
@@ -261,8 +267,7 @@ def test_a_refused_node_is_named_in_the_join_timeout_error(sgpu, tmp_path):
     p = static_node(sgpu, 2, 0, f"127.0.0.1:{port}", secret, "--join-timeout", "3s", "--nproc", 1, "--no-python",
                     "/bin/true")
     try:
-        wait_for(lambda: p.poll() is not None or _listening_by(p.pid, port), timeout=30, what="node 0 to listen")
-        assert p.poll() is None, f"node 0 exited {p.returncode}: {p.communicate()[1]}"
+        wait_until_listening(p, port)
         for _ in range(5):
             wrong_secret_peer(port)
         out, err = p.communicate(timeout=60)
@@ -282,8 +287,7 @@ def test_refused_unauthenticated_peers_print_one_line_then_a_count(sgpu, tmp_pat
     secret = make_secret_file(tmp_path / "secret")
     p = static_node(sgpu, 2, 0, f"127.0.0.1:{port}", secret, "--nproc", 1, "--no-python", "/bin/true")
     try:
-        wait_for(lambda: p.poll() is not None or _listening_by(p.pid, port), timeout=30, what="node 0 to listen")
-        assert p.poll() is None, f"node 0 exited {p.returncode}: {p.communicate()[1]}"
+        wait_until_listening(p, port)
         for _ in range(20):
             wrong_secret_peer(port)
         a = agent(sgpu, f"127.0.0.1:{port}", secret, "--node-name", "good")
