@@ -151,8 +151,11 @@ def test_a_launch_among_2500_old_runs_costs_what_one_in_an_empty_home_does(sgpu,
     assert res.returncode == 0, res.stderr
     assert full_took < empty_took + 1.0, (full_took, empty_took)
     # The old runs go in the background; the newest 100 stay, the new run and the first among them.
-    wait_for(lambda: len(run_names(root)) == 100 and not any((root / ".trash").glob("*")), 300,
+    # The deleter keeps the newest retired run, for the next launch to take.
+    trash = root / ".trash"
+    wait_for(lambda: len(run_names(root)) == 100 and len(os.listdir(trash)) <= 1, 300,
              "the old runs to be deleted")  # bounded; a second or two on a quiet machine
+    assert all(name.startswith("2020") for name in os.listdir(trash)), os.listdir(trash)
     assert first["run_id"] in run_names(root)
     newest = json.loads(sgpu.run("runs", "--limit", 1, "-o", "json", env=full_env).stdout)[0]
     assert newest["state"] == "succeeded" and newest["run_id"] not in (first["run_id"],)
@@ -164,11 +167,12 @@ def test_retention_retires_old_runs_into_the_trash_for_a_batch(sgpu):
     root = runs_dir(sgpu)
     assert run_names(root) == sorted(ids[2:])
     # Retired runs wait in the trash (a hidden directory of the runs directory)
-    # for a batch, or for a later launch to take one of an earlier second as
-    # its own directory: the last launch may have taken the first retired,
-    # leaving what that run held in the trash instead.
+    # for a batch, or for a later launch to take one as its own directory: the
+    # last launch may have taken the first retired, leaving what that run
+    # held in the trash instead (its events; its state, spec and summary it
+    # kept to overwrite).
     trash = sorted(p.name for p in (root / ".trash").iterdir())
-    assert trash in (sorted(ids[:2]), [f".old-{ids[3]}", ids[1]]), trash
+    assert trash in (sorted(ids[:2]), [f".old-{ids[3]}-0", ids[1]]), trash
     assert (root / ".trash").stat().st_mode & 0o777 == 0o700
 
 
@@ -192,12 +196,20 @@ def test_a_launch_in_a_full_runs_directory_takes_a_retired_run_and_shows_none_of
     assert res.returncode == 0, res.stderr
     run = root / third["run_id"]
     assert run.stat().st_ino in inodes
-    # One taken, one more retired; what the taken one held waits there for the deleter.
-    trash = sorted(os.listdir(root / ".trash"))
-    assert f".old-{third['run_id']}" in trash and len(trash) == 3, trash
-    files = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    # One taken, one more retired; what the taken one held waits there for
+    # the deleter, a name each (its events, logs, results, third rank).
+    trash = set(os.listdir(root / ".trash"))
+    retired = [name for name in trash if not name.startswith(".")]
+    assert len(retired) == 2 and set(retired) - set(oldest), trash
+    junk = trash - set(retired)
+    assert junk == {f".old-{third['run_id']}-{i}" for i in range(len(junk))} and len(junk) >= 4, trash
+    files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if not p.name.startswith(".spare-"))
     assert files == ["events.jsonl", "lock", "ranks", "ranks/0", "ranks/0/stderr", "ranks/0/stdout", "ranks/1",
                      "ranks/1/stderr", "ranks/1/stdout", "spec.json", "state.json", "summary.json"], files
+    # The old run's state, spec and summary were overwritten by this run's;
+    # what is left of them (hidden spares for the next run) is this run's.
+    for spare in run.glob(".spare-*"):
+        assert first["run_id"] not in spare.read_text() and third["run_id"] in spare.read_text(), spare
     logs = sgpu.run("logs", third["run_id"], env=env)
     assert logs.returncode == 0, logs.stderr
     assert logs.stdout.splitlines() == ["[1] new out 1"], logs.stdout

@@ -68,7 +68,7 @@ nlohmann::json record_not_started(const LaunchContext& ctx, const RunStart& run,
   if (!ctx.spec.name.empty()) doc["name"] = ctx.spec.name;
   if (!run.dir.empty()) {
     try {
-      write_file_atomic((std::filesystem::path(run.dir) / "summary.json").string(), dump_json(doc));
+      write_run_file((std::filesystem::path(run.dir) / "summary.json").string(), dump_json(doc));
     } catch (const Error&) {  // the error being reported is the one that matters
     }
   }

@@ -136,6 +136,49 @@ bool AppendFile::append(std::string_view bytes) {
   return true;
 }
 
+namespace {
+
+// Puts the written `tmp` in the place of `path`. True when `path` held a
+// regular file, which is at `tmp` now; throws (`tmp` removed) when it cannot.
+bool put_in_place(const std::string& tmp, const std::string& path) {
+  // Over an existing file, an exchange: a rename over it made ext4
+  // (auto_da_alloc) start writing the new file's blocks out at once, 40 us
+  // more than this each time state.json is rewritten. A reader sees the old
+  // or the new file, never neither, as with the rename. Only with a regular
+  // file: a directory or a link there stays a rename's failure or
+  // replacement, as before.
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+      ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0)
+    return true;
+  std::error_code ec;
+  fs::rename(tmp, path, ec);  // no file there yet (ENOENT), or a filesystem without exchange (EINVAL)
+  if (!ec) return false;
+  // A half-written copy is of no use to anyone, and on a full disk its
+  // blocks are what the next, smaller file (state.json) needs.
+  ::unlink(tmp.c_str());
+  throw Error(fmt::format("cannot write {}: {}", path, ec.message()), 1);
+}
+
+std::string spare_path(const fs::path& dir, int k) { return (dir / (kSparePrefix + std::to_string(k))).string(); }
+
+// `content` written over the file `fd` from its start, the file cut to its
+// length: errno's text, "" when all went.
+std::string overwrite(int fd, std::string_view content) {
+  off_t at = 0;
+  while (static_cast<std::size_t>(at) < content.size()) {
+    ssize_t n = ::pwrite(fd, content.data() + at, content.size() - static_cast<std::size_t>(at), at);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return std::strerror(errno);
+    }
+    at += n;
+  }
+  return ::ftruncate(fd, at) == 0 ? std::string() : std::strerror(errno);
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, std::string_view content) {
   auto tmp = path + ".tmp";
   std::string error;
@@ -143,28 +186,29 @@ void write_file_atomic(const std::string& path, std::string_view content) {
     AppendFile file(tmp);
     if (!file.append(content)) error = fmt::format("cannot write {}: {}", tmp, file.error());
   }
-  std::error_code ec;
-  if (error.empty()) {
-    // Over an existing file, an exchange and an unlink: a rename over it
-    // made ext4 (auto_da_alloc) start writing the new file's blocks out at
-    // once, 40 us more than this each time state.json is rewritten. A reader
-    // sees the old or the new file, never neither, as with the rename.
-    // Only with a regular file: a directory or a link there stays a rename's
-    // failure or replacement, as before.
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
-      ::unlink(tmp.c_str());
-      return;
-    }
-    fs::rename(tmp, path, ec);  // no file there yet (ENOENT), or a filesystem without exchange (EINVAL)
-    if (!ec) return;
-    error = fmt::format("cannot write {}: {}", path, ec.message());
+  if (!error.empty()) {
+    ::unlink(tmp.c_str());
+    throw Error(error, 1);
   }
-  // A half-written copy is of no use to anyone, and on a full disk its
-  // blocks are what the next, smaller file (state.json) needs.
+  if (put_in_place(tmp, path)) ::unlink(tmp.c_str());
+}
+
+void write_run_file(const std::string& path, std::string_view content) {
+  auto tmp = path + ".tmp";
+  auto dir = fs::path(path).parent_path();
+  bool spare = false;
+  for (int k = 0; k < kMaxSpares && !spare; ++k) spare = ::rename(spare_path(dir, k).c_str(), tmp.c_str()) == 0;
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (spare ? 0 : O_TRUNC), 0644);
+  std::string error = fd < 0 ? std::strerror(errno) : overwrite(fd, content);
+  if (fd >= 0) ::close(fd);
+  if (!error.empty()) {
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot write {}: {}", tmp, error), 1);
+  }
+  if (!put_in_place(tmp, path)) return;
+  for (int k = 0; k < kMaxSpares; ++k)  // the file replaced: a spare now, for the next write
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, spare_path(dir, k).c_str(), RENAME_NOREPLACE) == 0) return;
   ::unlink(tmp.c_str());
-  throw Error(error, 1);
 }
 
 namespace {

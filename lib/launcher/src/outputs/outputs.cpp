@@ -142,7 +142,7 @@ struct JobOutputs::Impl {
         run_log(io, p.run_dir, static_cast<int>(p.ranks.size()), host, rank_hosts(p)),
         state_file(p.run_dir, state_record(job, p, host)),
         console(sink, console_options(job, p, e)) {
-    write_file_atomic((fs::path(plan.run_dir) / "spec.json").string(), dump_json(spec));
+    write_run_file((fs::path(plan.run_dir) / "spec.json").string(), dump_json(spec));
     run_log.append_event(
         {{"event", "run_started"},
          {"run_id", plan.run_id},
@@ -231,7 +231,7 @@ struct JobOutputs::Impl {
       create_run_dir(dir.parent_path().string(), dir.filename().string(), static_cast<int>(plan.ranks.size()), first);
       state_file.rewrite();
       run_log.reopen();
-      write_file_atomic((dir / "spec.json").string(), dump_json(spec));
+      write_run_file((dir / "spec.json").string(), dump_json(spec));
     } catch (const Error& e) {
       sink.write(Stream::Err, fmt::format("sgpu: warning: {}\n", e.what()));
     }
@@ -449,7 +449,7 @@ void JobOutputs::set_tracking(TrackingLink link, const env::Environment& env) {
   auto spec = spec_json(s.job_spec, s.plan);
   if (spec == s.spec) return;
   s.spec = std::move(spec);
-  write_file_atomic((fs::path(s.plan.run_dir) / "spec.json").string(), dump_json(s.spec));
+  write_run_file((fs::path(s.plan.run_dir) / "spec.json").string(), dump_json(s.spec));
 }
 
 void JobOutputs::not_started(int exit_code) {
@@ -489,7 +489,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   auto summary = summary_text(summary_json(report, s.spec), report.results);
   report.results = {};
   try {
-    write_file_atomic((fs::path(s.plan.run_dir) / "summary.json").string(), summary);
+    write_run_file((fs::path(s.plan.run_dir) / "summary.json").string(), summary);
   } catch (const Error& e) {
     report.warnings.emplace_back(e.what());
   }

@@ -19,7 +19,7 @@ RunStateFile::RunStateFile(const std::string& run_dir, nlohmann::ordered_json re
     : path_((std::filesystem::path(run_dir) / kRunStateFile).string()), record_(std::move(record)) {
   take_lock();
   record_["state"] = run_state_name(RunState::Running);
-  write_file_atomic(path_, dump_json(record_));
+  write_run_file(path_, dump_json(record_));
 }
 
 void RunStateFile::take_lock() {
@@ -40,7 +40,7 @@ void RunStateFile::take_lock() {
 
 void RunStateFile::rewrite() {
   take_lock();
-  write_file_atomic(path_, dump_json(record_));
+  write_run_file(path_, dump_json(record_));
 }
 
 RunStateFile::~RunStateFile() {
@@ -56,11 +56,11 @@ void RunStateFile::finish(RunState state, int exit_code, Clock::time_point start
   record_["duration_s"] = duration_s;
   auto text = dump_json(record_);
   try {
-    write_file_atomic(path_, text);
+    write_run_file(path_, text);
   } catch (const Error&) {
     // Once more: a full disk may have room again (the summary's failed copy
     // was just removed). Readers fall back on events.jsonl and summary.json.
-    write_file_atomic(path_, text);
+    write_run_file(path_, text);
   }
 }
 

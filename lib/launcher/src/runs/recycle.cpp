@@ -7,17 +7,20 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
 
 #include "sgpu/launcher/io/fd.hpp"
+#include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/plan/run_dir.hpp"
 #include "sgpu/launcher/runs/retire.hpp"
 #include "sgpu/launcher/runs/run_state.hpp"
@@ -27,11 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kClaimPrefix = ".new-";
-// Where what the old run left goes (a directory of the trash per launch): the
-// trash's deleter frees it later. Freeing a file's written-out blocks is what
-// costs on this path (ext4 mounted with discard waits for the device, ~75 us
-// a file here), and a retired run's logs may hold gigabytes.
-constexpr const char* kOldPrefix = ".old-";
 
 struct Entry {
   std::string name;
@@ -65,25 +63,24 @@ bool entries_of(int fd, std::vector<Entry>& out) {
   }
 }
 
-// What the claimed directory's reset moves out of it: into a directory of
-// the trash, made at the first thing to move.
+// What the claimed directory's reset moves out of it: each entry into the
+// trash itself, as .old-<run id>-<n> (a directory for them all would be one
+// more inode made and freed a launch), for the trash's deleter to free.
+// Freeing a file's written-out blocks is what costs on this path (ext4
+// mounted with discard waits for the device, ~75 us a file here), and a
+// retired run's logs may hold gigabytes.
 class Junk {
  public:
-  Junk(int trash, std::string name) : trash_(trash), name_(std::move(name)) {}
-  // Moves `name` under `dir` (a file or a whole directory) into the junk.
+  Junk(int trash, const std::string& run_id) : trash_(trash), prefix_(kOldPrefix + run_id + "-") {}
+  // Moves `name` under `dir` (a file or a whole directory) into the trash.
   bool take(int dir, const std::string& name) {
-    if (!fd_.ok()) {
-      if (::mkdirat(trash_, name_.c_str(), 0700) != 0 && errno != EEXIST) return false;
-      fd_.reset(::openat(trash_, name_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!fd_.ok()) return false;
-    }
-    return ::renameat(dir, name.c_str(), fd_.get(), std::to_string(taken_++).c_str()) == 0 || errno == ENOENT;
+    auto to = prefix_ + std::to_string(taken_++);
+    return ::renameat(dir, name.c_str(), trash_, to.c_str()) == 0 || errno == ENOENT;
   }
 
  private:
   int trash_;
-  std::string name_;
-  Fd fd_;
+  std::string prefix_;
   int taken_ = 0;
 };
 
@@ -141,14 +138,55 @@ bool reset_ranks(int run, int ranks, int first_rank, Junk& junk) {
   return true;
 }
 
+// Whether `name` under `dir` may be kept as a spare (io/run_files.hpp): a
+// file the old run wrote whole (its state, spec, summary) or a spare already,
+// small, and no other file's name too.
+bool may_be_spare(int dir, const std::string& name) {
+  if (name != "state.json" && name != "spec.json" && name != "summary.json" && !name.starts_with(kSparePrefix))
+    return false;
+  struct stat st {};
+  return ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+         st.st_size <= kMaxSpareBytes;
+}
+
+// ".spare-2" -> 2, for the names a spare keeps; else nullopt.
+std::optional<int> spare_slot(std::string_view name) {
+  if (!name.starts_with(kSparePrefix)) return std::nullopt;
+  auto k = rank_of(name.substr(std::string_view(kSparePrefix).size()));
+  return k && *k < kMaxSpares ? k : std::nullopt;
+}
+
 // The claimed directory made into a new run's: what holds no data stays
-// (the directories, the empty lock and logs), the rest goes to the junk.
+// (the directories, the empty lock and logs), the files the old run wrote
+// whole stay as spares for the new run's to overwrite, the rest goes to the
+// junk.
 bool reset_run(int run, int ranks, int first_rank, Junk& junk) {
   std::vector<Entry> entries;
   if (!entries_of(run, entries)) return false;
+  std::vector<bool> slot_taken(kMaxSpares, false);
+  std::vector<std::string> spares;  // to be renamed to a free slot
   for (const auto& e : entries) {
     bool keep = e.dir ? e.name == "ranks" && ranks > 0 : e.name == kRunLockFile && is_empty_file(run, e.name);
-    if (!keep && !junk.take(run, e.name)) return false;
+    if (keep) continue;
+    if (!e.dir && may_be_spare(run, e.name)) {
+      auto k = spare_slot(e.name);
+      if (k && !slot_taken[static_cast<std::size_t>(*k)]) {
+        slot_taken[static_cast<std::size_t>(*k)] = true;
+      } else {
+        spares.push_back(e.name);
+      }
+      continue;
+    }
+    if (!junk.take(run, e.name)) return false;
+  }
+  for (const auto& name : spares) {
+    auto free = std::find(slot_taken.begin(), slot_taken.end(), false);
+    auto to = kSparePrefix + std::to_string(free - slot_taken.begin());
+    if (free != slot_taken.end() && ::renameat2(run, name.c_str(), run, to.c_str(), RENAME_NOREPLACE) == 0) {
+      *free = true;
+    } else if (!junk.take(run, name)) {
+      return false;
+    }
   }
   // The lock's mtime says when the run started (retire.cpp orders a second's
   // runs by it where the directory's birth time is an older run's).
@@ -173,7 +211,7 @@ std::optional<std::string> recycle_retired_run(const std::string& root, const st
     if (!e.dir || e.name.starts_with('.')) continue;
     if (::renameat(trash.get(), e.name.c_str(), trash.get(), claim.c_str()) != 0) continue;  // another took it
     Fd run(::openat(trash.get(), claim.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    Junk junk(trash.get(), kOldPrefix + run_id);
+    Junk junk(trash.get(), run_id);
     if (!run.ok() || !reset_run(run.get(), ranks, first_rank, junk)) return std::nullopt;
     auto dir = fs::absolute(fs::path(root) / run_id).string();
     // Never over a directory another node of this run on this host made meanwhile: it is the run's already.

@@ -15,7 +15,9 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -142,13 +144,16 @@ std::size_t trash_size(const std::string& root) {
   std::size_t n = 0;
   DIR* dir = ::opendir(trash_of(root).c_str());
   if (dir == nullptr) return 0;
-  while (auto* entry = ::readdir(dir))
-    if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0) ++n;
+  while (auto* entry = ::readdir(dir)) {
+    std::string_view name = entry->d_name;
+    if (name == "." || name == ".." || (name.starts_with(kOldPrefix) && !name.ends_with("-0"))) continue;
+    ++n;
+  }
   ::closedir(dir);
   return n;
 }
 
-std::vector<std::string> empty_trash(const std::string& root, int keep) {
+std::vector<std::string> empty_trash(const std::string& root, int keep, bool spare_newest) {
   auto errors = retire_runs(root, keep, static_cast<std::size_t>(-1)).errors;  // races are harmless: one rename wins
   auto trash = trash_of(root);
   int fd = ::open(trash.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -159,10 +164,19 @@ std::vector<std::string> empty_trash(const std::string& root, int keep) {
   // One deleter at a time; the one at work takes what others retire meanwhile, or the next one does.
   if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(trash, ec)) {
+    std::vector<fs::path> entries{fs::directory_iterator(trash, ec), fs::directory_iterator()};
+    // The newest retired run stays for the next launch to take (recycle.hpp):
+    // deleted, that launch would make its directory afresh.
+    std::string spared;
+    for (const auto& e : spare_newest ? entries : std::vector<fs::path>{}) {
+      auto name = e.filename().string();
+      if (looks_like_run(name) && name > spared && fs::is_directory(fs::symlink_status(e, ec))) spared = name;
+    }
+    for (const auto& e : entries) {
+      if (e.filename() == spared) continue;
       std::error_code removing;
-      fs::remove_all(entry.path(), removing);
-      if (removing) errors.push_back(fmt::format("{}: {}", entry.path().string(), removing.message()));
+      fs::remove_all(e, removing);
+      if (removing) errors.push_back(fmt::format("{}: {}", e.string(), removing.message()));
     }
   }
   ::close(fd);
@@ -188,7 +202,7 @@ void empty_trash_detached(const std::string& root, int keep) {
   ::setpriority(PRIO_PROCESS, 0, kBackgroundNice);
   ::syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, (kIoprioClassBestEffort << kIoprioClassShift) | kIoprioLowestLevel);
   try {
-    empty_trash(root, keep);
+    empty_trash(root, keep, true);
   } catch (...) {  // nothing to report to: the next launch tries again
   }
   ::_exit(0);

@@ -1,7 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
 
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
@@ -59,5 +63,62 @@ TEST_CASE("launcher::write_file_atomic leaves no temporary file when it fails") 
   sgpu::launcher::write_file_atomic((dir / "summary.json").string(), "{}");
   CHECK(read_file((dir / "summary.json").string(), 100) == std::string("{}"));
   CHECK_FALSE(fs::exists(dir / "summary.json.tmp"));
+  fs::remove_all(dir);
+}
+
+namespace {
+ino_t inode_of(const fs::path& p) {
+  struct stat st {};
+  REQUIRE(::lstat(p.c_str(), &st) == 0);
+  return st.st_ino;
+}
+
+std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("launcher::write_run_file overwrites a spare inode and keeps the file it replaces as one") {
+  using sgpu::launcher::write_run_file;
+  auto dir = fs::temp_directory_path() / ("sgpu-spares-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto state = (dir / "state.json").string();
+  SUBCASE("a recycled directory's spares") {
+    std::ofstream(dir / ".spare-0") << std::string(5000, 'o');  // longer than what replaces it, over a block
+    std::ofstream(dir / ".spare-1") << "old";
+    auto a = inode_of(dir / ".spare-0");
+    auto b = inode_of(dir / ".spare-1");
+    write_run_file(state, "{\"state\": \"running\"}");
+    CHECK(read_file(state, 10000) == std::string("{\"state\": \"running\"}"));  // nothing of the old left
+    CHECK(inode_of(state) == a);
+    CHECK(names_in(dir) == std::set<std::string>{".spare-1", "state.json"});
+    write_run_file(state, "{\"state\": \"succeeded\", \"exit_code\": 0}");
+    CHECK(read_file(state, 10000) == std::string("{\"state\": \"succeeded\", \"exit_code\": 0}"));
+    CHECK(inode_of(state) == b);
+    // The file it replaced waits for the next write, or the next run.
+    CHECK(names_in(dir) == std::set<std::string>{".spare-0", "state.json"});
+    CHECK(inode_of(dir / ".spare-0") == a);
+    write_run_file((dir / "summary.json").string(), "{}");
+    CHECK(inode_of(dir / "summary.json") == a);
+    CHECK(read_file((dir / "summary.json").string(), 10000) == std::string("{}"));
+    CHECK(names_in(dir) == std::set<std::string>{"state.json", "summary.json"});
+  }
+  SUBCASE("a new directory: files made, the replaced one kept") {
+    write_run_file(state, "first");
+    auto first = inode_of(state);
+    write_run_file(state, "second");
+    CHECK(read_file(state, 100) == std::string("second"));
+    CHECK(names_in(dir) == std::set<std::string>{".spare-0", "state.json"});
+    CHECK(inode_of(dir / ".spare-0") == first);
+  }
+  SUBCASE("a failed write leaves no temporary file, and the spare is no more") {
+    std::ofstream(dir / ".spare-0") << "old";
+    fs::create_directories(dir / "state.json" / "in-the-way");
+    CHECK_THROWS_AS(write_run_file(state, "{}"), sgpu::Error);
+    CHECK(names_in(dir) == std::set<std::string>{"state.json"});
+  }
   fs::remove_all(dir);
 }

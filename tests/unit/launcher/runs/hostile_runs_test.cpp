@@ -181,7 +181,17 @@ TEST_CASE("launcher::retire_runs renames a bounded number of the oldest finished
   CHECK(fs::exists(root.path / ".trash/20261203-000001-000001"));
   CHECK(fs::exists(root.path / "20261203-000004-000004"));
   CHECK(run_ids(root.path.string()).size() == 4);  // the trash is no run
-  CHECK(empty_trash(root.path.string(), 2).empty());
+  // Junk a launch moved out of the directory it took counts once a launch.
+  for (const char* junk : {".old-20261203-000007-000007-0", ".old-20261203-000007-000007-1"})
+    std::ofstream(root.path / ".trash" / junk) << "old";
+  CHECK(trash_size(root.path.string()) == 4);
+  // The deleter spares the newest retired run, for the next launch to take.
+  CHECK(empty_trash(root.path.string(), 2, true).empty());
+  CHECK(trash_size(root.path.string()) == 1);
+  std::vector<std::string> trash;
+  for (const auto& e : fs::directory_iterator(root.path / ".trash")) trash.push_back(e.path().filename().string());
+  CHECK(trash == std::vector<std::string>{"20261203-000004-000004"});
+  CHECK(empty_trash(root.path.string(), 2).empty());  // sgpu prune: all of it
   CHECK(trash_size(root.path.string()) == 0);
   auto left = run_ids(root.path.string());
   CHECK(left ==

@@ -6,12 +6,15 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "sgpu/launcher/io/run_files.hpp"
 #include "sgpu/launcher/runs/recycle.hpp"
@@ -109,6 +112,8 @@ TEST_CASE("launcher::recycle_retired_run makes a retired run's directory into a 
     auto dir_inode = inode(root.old_run());
     auto lock_inode = inode(root.old_run() / "lock");
     auto empty_log_inode = inode(root.old_run() / "ranks/1/stdout");
+    std::set<ino_t> written_whole;  // the files the new run's writes overwrite
+    for (const char* f : {"state.json", "spec.json", "summary.json"}) written_whole.insert(inode(root.old_run() / f));
     auto before = ::time(nullptr);
 
     auto dir = recycle_retired_run(root.path.string(), kNew, row.ranks, row.first_rank);
@@ -124,16 +129,28 @@ TEST_CASE("launcher::recycle_retired_run makes a retired run's directory into a 
           CHECK(inode(fs::path(*dir) / "ranks" / name / log) == empty_log_inode);
         }
     }
-    CHECK(tree(*dir) == expected);
+    // The old state, spec and summary are spares (io/run_files.hpp), hidden.
+    auto got = tree(*dir);
+    std::set<ino_t> spares;
+    for (const char* spare : {".spare-0", ".spare-1", ".spare-2"}) {
+      auto it = std::find_if(got.begin(), got.end(), [&](const auto& e) { return e.starts_with(spare); });
+      REQUIRE(it != got.end());
+      spares.insert(inode(fs::path(*dir) / spare));
+      got.erase(it);
+    }
+    CHECK(spares == written_whole);
+    CHECK(got == expected);
     // The same inodes: no file made for what stays, none freed on the way.
     CHECK(inode(*dir) == dir_inode);
     CHECK(inode(fs::path(*dir) / "lock") == lock_inode);
     CHECK(mtime(fs::path(*dir) / "lock") >= before - 1);  // when the run started, not the old run's
     CHECK((fs::status(*dir).permissions() & fs::perms::all) == fs::perms::owner_all);
     // What the old run left waits in the trash for the deleter, unread.
-    std::vector<std::string> trash;
-    for (const auto& e : fs::directory_iterator(root.path / ".trash")) trash.push_back(e.path().filename().string());
-    CHECK(trash == std::vector<std::string>{std::string(".old-") + kNew});
+    std::set<std::string> trash;
+    for (const auto& e : fs::directory_iterator(root.path / ".trash")) trash.insert(e.path().filename().string());
+    std::set<std::string> numbered;
+    for (std::size_t i = 0; i < trash.size(); ++i) numbered.insert(fmt::format(".old-{}-{}", kNew, i));
+    CHECK(trash == numbered);
     std::size_t old_bytes = 0;
     for (const auto& e : fs::recursive_directory_iterator(root.path / ".trash"))
       if (e.is_regular_file()) old_bytes += fs::file_size(e.path());
@@ -205,5 +222,48 @@ TEST_CASE("launcher::make_run_dir makes a new directory when there is nothing to
   make_old_run(root.old_run(), 2);
   auto again = make_run_dir(root.path.string(), "20261203-000003-00000c", 1, 0);
   CHECK(fs::exists(fs::path(again) / "lock"));  // the old run's
-  CHECK(fs::exists(root.path / ".trash" / ".old-20261203-000003-00000c"));
+  CHECK(fs::exists(root.path / ".trash" / ".old-20261203-000003-00000c-0"));
+}
+
+TEST_CASE("launcher::recycle_retired_run keeps at most four small files as spares, in the slots' names") {
+  for (bool full : {false, true}) {
+    CAPTURE(full);
+    Root root;
+    auto old = root.old_run();
+    make_old_run(old, 1);
+    write(old / ".spare-0", "a spare the old run kept");
+    write(old / ".spare-9", "a spare of no slot's name");  // renamed to a free slot
+    if (full) {
+      write(old / ".spare-1", "another");
+      write(old / ".spare-2", "and another");
+    }
+    write(old / "summary.json", std::string(kMaxSpareBytes + 1, 'x'));  // too large: overwriting frees blocks
+    fs::create_hard_link(old / "spec.json", old / "spec-link");         // another name's file: never overwritten
+    std::set<ino_t> small;                                              // what may be kept
+    for (const char* f : {"state.json", ".spare-0", ".spare-1", ".spare-2", ".spare-9"})
+      if (fs::exists(old / f)) small.insert(inode(old / f));
+    auto slot_0 = inode(old / ".spare-0");
+    auto dir = recycle_retired_run(root.path.string(), kNew, 1);
+    REQUIRE(dir);
+    std::set<ino_t> spares;
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(*dir)) {
+      auto name = e.path().filename().string();
+      if (name.starts_with(".spare-")) {
+        names.insert(name);
+        spares.insert(inode(e.path()));
+      }
+    }
+    if (full) {  // five small ones: the four slots' names, one of the two to be renamed goes
+      CHECK(names == std::set<std::string>{".spare-0", ".spare-1", ".spare-2", ".spare-3"});
+      CHECK(std::includes(small.begin(), small.end(), spares.begin(), spares.end()));
+    } else {
+      CHECK(names == std::set<std::string>{".spare-0", ".spare-1", ".spare-2"});
+      CHECK(spares == small);
+    }
+    CHECK(inode(fs::path(*dir) / ".spare-0") == slot_0);
+    CHECK_FALSE(fs::exists(fs::path(*dir) / "summary.json"));
+    CHECK_FALSE(fs::exists(fs::path(*dir) / "spec-link"));
+    CHECK_FALSE(fs::exists(fs::path(*dir) / "spec.json"));
+  }
 }

@@ -70,6 +70,26 @@ class AppendFile {
 // `path`. Throws sgpu::Error naming the path; the temporary file is gone then.
 void write_file_atomic(const std::string& path, std::string_view content);
 
+// A run directory's spare inodes: files whose contents mean nothing, under
+// hidden names (.spare-0 .. .spare-3), kept for its whole-file writes to
+// take. A run directory taken from a retired run (runs/recycle.hpp) gets the
+// old run's state, spec and summary as spares, and each write of the new
+// run's overwrites one: no inode made for it, none freed. Making and freeing
+// inodes is what a launch costs the file system most (on ext4 without a
+// journal each new inode is searched for past every one freed lately).
+inline constexpr const char* kSparePrefix = ".spare-";
+inline constexpr int kMaxSpares = 4;
+// Larger files are not kept: overwriting them would free their tail's blocks
+// on the launch's path.
+inline constexpr long kMaxSpareBytes = 64 << 10;
+
+// write_file_atomic() for a file of a run directory (state.json, spec.json,
+// summary.json): the temporary file is a spare of the directory where it has
+// one, overwritten from its start and cut to length (never emptied first:
+// that would free its block), and the file it replaces is kept as a spare.
+// A reader sees the old or the new file whole, as with write_file_atomic().
+void write_run_file(const std::string& path, std::string_view content);
+
 // Writes `content` to a file a user named (TORCHELASTIC_ERROR_FILE): a missing
 // or regular file is replaced as write_file_atomic() does; anything else (a
 // symlink, a FIFO, a device) is opened and written through, as torch does,
