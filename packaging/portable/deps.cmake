@@ -68,6 +68,6 @@ target_link_libraries(OpenSSL::SSL INTERFACE OpenSSL::Crypto)
 
 add_library(sgpu_hwloc STATIC IMPORTED)
 set_target_properties(sgpu_hwloc PROPERTIES IMPORTED_LOCATION ${SGPU_PORTABLE_PREFIX}/lib/libhwloc.a)
-target_link_libraries(sgpu_hwloc INTERFACE sgpu_portable_headers m)
+target_link_libraries(sgpu_hwloc INTERFACE sgpu_portable_headers)  # its modff: glibc_compat.cpp
 
 find_package(Threads REQUIRED)

@@ -84,3 +84,19 @@ extern "C" const char* sigabbrev_np(int sig) noexcept {
   return names[sig];
 }
 #endif
+
+// libm's modff, for the one caller the portable binary has: hwloc's import of
+// an XML topology of format 1 (topology-xml.c), which sgpu never reads. With
+// it defined here, the binary needs no libm.so (format_duration rounds by
+// hand for the same reason): one library fewer to load at every start, and
+// 330 KiB less of a launch's peak RSS. The same results as glibc's for every
+// float: integral values (2^23 and up), infinities and NaNs, and signed zeros.
+extern "C" float modff(float x, float* integral) noexcept {
+  if (!(__builtin_fabsf(x) < 8388608.0F)) {  // 2^23 or more: no fraction; or NaN
+    *integral = x;
+    return x != x ? x : __builtin_copysignf(0.0F, x);
+  }
+  float whole = __builtin_copysignf(static_cast<float>(static_cast<std::int32_t>(x)), x);
+  *integral = whole;
+  return __builtin_copysignf(x - whole, x);
+}

@@ -79,14 +79,21 @@ std::optional<Seconds> parse_duration(std::string_view text, std::string_view wh
   return Seconds(total);
 }
 
+namespace {
+// x rounded half away from zero, as std::llround does, for the durations
+// sgpu shows (0 to 365 days): without libm, which the portable binary then
+// does not load (its 330 KiB of RSS, and a library's load, each launch).
+long long rounded(double x) { return static_cast<long long>(x < 0 ? x - 0.5 : x + 0.5); }
+}  // namespace
+
 std::string format_duration(Seconds d) {
   double s = d.count();
-  if (s < 1) return fmt::format("{}ms", static_cast<long long>(std::llround(s * 1000)));
+  if (s < 1) return fmt::format("{}ms", rounded(s * 1000));
   if (s < 60) {
-    double r = std::round(s * 10) / 10;
-    return r == std::floor(r) ? fmt::format("{}s", static_cast<long long>(r)) : fmt::format("{:.1f}s", r);
+    auto tenths = rounded(s * 10);
+    return tenths % 10 == 0 ? fmt::format("{}s", tenths / 10) : fmt::format("{}.{}s", tenths / 10, tenths % 10);
   }
-  auto total = static_cast<long long>(std::llround(s));
+  auto total = rounded(s);
   long long h = total / 3600, m = (total % 3600) / 60, sec = total % 60;
   std::string out;
   if (h) out += fmt::format("{}h", h);

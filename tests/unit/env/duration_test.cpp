@@ -105,12 +105,20 @@ TEST_CASE("env::parse_duration") {
 }
 
 TEST_CASE("env::format_duration") {
-  CHECK(format_duration(Seconds(10800)) == "3h");
-  CHECK(format_duration(Seconds(5400)) == "1h30m");
-  CHECK(format_duration(Seconds(61)) == "1m1s");
-  CHECK(format_duration(Seconds(2.5)) == "2.5s");
-  CHECK(format_duration(Seconds(0.25)) == "250ms");
-  CHECK(format_duration(Seconds(7)) == "7s");
+  struct Row {
+    double seconds;
+    const char* shown;
+  };
+  const Row rows[] = {
+      {10800, "3h"},      {5400, "1h30m"}, {61, "1m1s"},    {2.5, "2.5s"},      {0.25, "250ms"},
+      {7, "7s"},          {0.001, "1ms"},  {0.0015, "2ms"}, {0.0025, "3ms"},    {0.9994, "999ms"},
+      {0.9996, "1000ms"}, {1.04, "1s"},    {1.05, "1.1s"},  {59.94, "59.9s"},   {59.96, "60s"},
+      {60.4, "1m"},       {60.5, "1m1s"},  {3599.5, "1h"},  {90061, "25h1m1s"}, {365.0 * 86400, "8760h"},
+  };
+  for (const auto& row : rows) {
+    CAPTURE(row.seconds);
+    CHECK(format_duration(Seconds(row.seconds)) == row.shown);
+  }
 }
 
 TEST_CASE("env::Duration keeps the value and the user's spelling") {
