@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <utility>
 
@@ -173,9 +173,12 @@ PortReservation::PortReservation(int port, const std::string& lock_dir) {
   }
   auto range = master_port_range(ephemeral_range());
   int count = range.last - range.first + 1;
-  // A random start spreads concurrent jobs over the range: few lock attempts each.
-  std::random_device seed;
-  int offset = static_cast<int>(std::uniform_int_distribution<unsigned>(0, static_cast<unsigned>(count - 1))(seed));
+  // A random start spreads concurrent jobs over the range: few lock attempts
+  // each. getrandom(2) itself: std::random_device asks the CPU first
+  // (cpuid, for rdrand), which a virtual machine traps, ~20 us a launch here.
+  unsigned pick = 0;
+  if (::getrandom(&pick, sizeof pick, 0) != sizeof pick) pick = static_cast<unsigned>(::getpid()) * 2654435761U;
+  int offset = static_cast<int>(pick % static_cast<unsigned>(count));
   for (int i = 0; i < count; ++i) {
     int candidate = range.first + (offset + i) % count;
     int fd = -1;
