@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import launch_phases
-from harness import Peer, median, run_once, tail, describe_exit
+from harness import Peer, Row, median, run_once, tail, describe_exit
 from peers import alternate, floor, launchers, missing_tools, rows_for, sgpu
 from report import Section, fmt_ratio, shell, timing_table
 
@@ -15,6 +15,7 @@ N = 8
 KEEP = 100  # sgpu's default --keep-runs
 MANY = 1000  # ranks of the second table: one node's worth of a large job
 SELF_CHECK = "self-check: a peer that exits 1 (must get no ratio)"
+PAIRS, PAIRS_QUICK = 40, 6  # the steady state's paired series
 
 
 def runs_per_round(peer, quick):
@@ -159,6 +160,25 @@ def new_ext4(ctx):
     return mnt, undo
 
 
+def paired_ratio(ctx, row, floor_row, pairs):
+    """The issue's measure: sgpu and the floor run for run, each run timed by hyperfine alone (`--runs 1`, the
+    same clock and spawn as the tables), the order alternated; the median of the per-pair ratios. A load that
+    comes and goes falls on both runs of a pair, not on one block of ten. None when a run failed."""
+    ratios = []
+    for i in range(pairs):
+        values = {}
+        for r in (row, floor_row) if i % 2 == 0 else (floor_row, row):
+            one = Row(r.peer)
+            hyperfine_block(ctx, one, f"pair-{i}", ["--runs", "1"])
+            if one.failure:
+                row.fail(f"paired run {i + 1}: {one.failure}")
+                return None
+            values[r.peer.role] = one.values[0]
+        ratios.append(values["sgpu"] / values["floor"])
+    ctx.log(f"launch-steady: {pairs} pairs, median ratio {median(ratios):.3f}")
+    return median(ratios), min(ratios), max(ratios)
+
+
 def steady_state(ctx, s):
     """8 ranks of /bin/true in a runs directory that already holds --keep-runs runs, so that every launch also
     retires the oldest: a user's home after 100 launches. The floor runs in the same rounds. Twice: in the work
@@ -188,6 +208,7 @@ def steady_state(ctx, s):
                 row.fail(f"filling the runs directory: {count_runs(runs_in)} runs, expected {KEEP}")
         runs = ["--runs", "3" if ctx.quick else "10", "--warmup", "1"]
         alternate(ctx, "launch-steady", rows, ctx.rounds_for(3), lambda row, i: hyperfine_block(ctx, row, i, runs))
+        paired = paired_ratio(ctx, base, fl, PAIRS_QUICK if ctx.quick else PAIRS) if base.ok and fl.ok else None
         for row, runs_in in steady:  # every launch retired one: no more, no fewer
             if row.ok and count_runs(runs_in) != KEEP:
                 row.fail(f"{count_runs(runs_in)} runs left after the timed launches, expected {KEEP}")
@@ -208,10 +229,22 @@ def steady_state(ctx, s):
                           "mount -o loop $WORK/ext4.img $WORK/ext4  # the new ext4 file system")
     s.commands += [shell(["hyperfine", "-N", *runs, shlex.join(r.peer.argv)]).replace(ctx.work, "$WORK")
                    for r in rows]
+    s.commands.append(f"# paired: {PAIRS_QUICK if ctx.quick else PAIRS} times, the order alternated: "
+                      + " ; ".join(shell(["hyperfine", "-N", "--runs", "1", shlex.join(r.peer.argv)])
+                                   for r in (base, fl)).replace(ctx.work, "$WORK"))
     if not base.ok:
         s.sgpu_failure = f"steady state: {base.failure}"
         return None
     if fl.ok:
+        if paired:
+            pairs = PAIRS_QUICK if ctx.quick else PAIRS
+            s.headline.append((f"sgpu ÷ floor, steady state, paired run for run (median of {pairs} pairs)",
+                               fmt_ratio(paired[0])))
+            s.notes.insert(0, f"Paired: after the rounds above, {pairs} pairs of one steady-state sgpu run and one "
+                              f"floor run, each timed by hyperfine alone (`--runs 1`), the order alternated pair by "
+                              f"pair: the median of the {pairs} ratios is {fmt_ratio(paired[0])} (from "
+                              f"{fmt_ratio(paired[1])} to {fmt_ratio(paired[2])}). A pair's two runs share the "
+                              "machine's moment, so this is the figure to compare across runs.")
         s.headline.append(("sgpu ÷ floor, steady state (100 runs kept, one retired per launch)",
                            fmt_ratio(median(base.values) / median(fl.values))))
         if len(rows) > 2 and rows[2].ok:
