@@ -178,6 +178,7 @@ def test_first_failure_tears_down_the_others_at_once(sgpu, tmp_path):
     assert "rank 2 failed first: exit 7; 3 other ranks stopped by sgpu" in res.stderr
 
 
+@pytest.mark.alone  # a teardown bound of seconds: 6.1 s once beside a worker, the portable build and clang-tidy
 def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace(sgpu, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
