@@ -154,60 +154,58 @@ bool put_in_place(const std::string& tmp, const std::string& path) {
   std::error_code ec;
   fs::rename(tmp, path, ec);  // no file there yet (ENOENT), or a filesystem without exchange (EINVAL)
   if (!ec) return false;
-  // A half-written copy is of no use to anyone, and on a full disk its
-  // blocks are what the next, smaller file (state.json) needs.
-  ::unlink(tmp.c_str());
+  ::unlink(tmp.c_str());  // of no use to anyone, as in write_tmp
   throw Error(fmt::format("cannot write {}: {}", path, ec.message()), 1);
 }
 
-std::string spare_path(const fs::path& dir, int k) { return (dir / (kSparePrefix + std::to_string(k))).string(); }
-
-// `content` written over the file `fd` from its start, the file cut to its
-// length: errno's text, "" when all went.
-std::string overwrite(int fd, std::string_view content) {
-  off_t at = 0;
-  while (static_cast<std::size_t>(at) < content.size()) {
-    ssize_t n = ::pwrite(fd, content.data() + at, content.size() - static_cast<std::size_t>(at), at);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return std::strerror(errno);
-    }
-    at += n;
+// `content` as the whole of the file `tmp`. One taken over from an earlier
+// write (`reused`: a spare) is overwritten from its start and cut to length,
+// never emptied first (that would free its block); any other is made empty
+// first. Throws sgpu::Error naming it; a half-written `tmp` is gone then (of
+// no use to anyone, and on a full disk its blocks are what the next, smaller
+// file, state.json, needs).
+void write_tmp(const std::string& tmp, std::string_view content, bool reused) {
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (reused ? 0 : O_TRUNC), 0644);
+  if (fd < 0) {
+    int err = errno;
+    if (reused) ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot create {}: {}", tmp, std::strerror(err)), 1);
   }
-  return ::ftruncate(fd, at) == 0 ? std::string() : std::strerror(errno);
+  int err = 0;
+  for (std::size_t at = 0; at < content.size() && err == 0;) {
+    ssize_t n = ::pwrite(fd, content.data() + at, content.size() - at, static_cast<off_t>(at));
+    if (n >= 0)
+      at += static_cast<std::size_t>(n);
+    else if (errno != EINTR)
+      err = errno;
+  }
+  if (err == 0 && reused && ::ftruncate(fd, static_cast<off_t>(content.size())) != 0) err = errno;
+  ::close(fd);
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot write {}: {}", tmp, std::strerror(err)), 1);
+  }
 }
 
 }  // namespace
 
 void write_file_atomic(const std::string& path, std::string_view content) {
   auto tmp = path + ".tmp";
-  std::string error;
-  {
-    AppendFile file(tmp);
-    if (!file.append(content)) error = fmt::format("cannot write {}: {}", tmp, file.error());
-  }
-  if (!error.empty()) {
-    ::unlink(tmp.c_str());
-    throw Error(error, 1);
-  }
+  write_tmp(tmp, content, false);
   if (put_in_place(tmp, path)) ::unlink(tmp.c_str());
 }
+
+std::string spare_name(int slot) { return kSparePrefix + std::to_string(slot); }
 
 void write_run_file(const std::string& path, std::string_view content) {
   auto tmp = path + ".tmp";
   auto dir = fs::path(path).parent_path();
   bool spare = false;
-  for (int k = 0; k < kMaxSpares && !spare; ++k) spare = ::rename(spare_path(dir, k).c_str(), tmp.c_str()) == 0;
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (spare ? 0 : O_TRUNC), 0644);
-  std::string error = fd < 0 ? std::strerror(errno) : overwrite(fd, content);
-  if (fd >= 0) ::close(fd);
-  if (!error.empty()) {
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("cannot write {}: {}", tmp, error), 1);
-  }
+  for (int k = 0; k < kMaxSpares && !spare; ++k) spare = ::rename((dir / spare_name(k)).c_str(), tmp.c_str()) == 0;
+  write_tmp(tmp, content, spare);
   if (!put_in_place(tmp, path)) return;
   for (int k = 0; k < kMaxSpares; ++k)  // the file replaced: a spare now, for the next write
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, spare_path(dir, k).c_str(), RENAME_NOREPLACE) == 0) return;
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, (dir / spare_name(k)).c_str(), RENAME_NOREPLACE) == 0) return;
   ::unlink(tmp.c_str());
 }
 

@@ -106,8 +106,9 @@ bool reset_rank_dir(int parent, const std::string& name, Junk& junk) {
   return true;
 }
 
-// "17" -> 17; anything but a plain decimal number -> nullopt.
-std::optional<int> rank_of(std::string_view name) {
+// "17" -> 17 (a rank's directory, a spare's slot); anything but a plain
+// decimal number -> nullopt.
+std::optional<int> decimal_of(std::string_view name) {
   int r = 0;
   auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), r);
   if (ec != std::errc() || end != name.data() + name.size() || name.empty() || r < 0) return std::nullopt;
@@ -123,7 +124,7 @@ bool reset_ranks(int run, int ranks, int first_rank, Junk& junk) {
   if (!fd.ok() || !entries_of(fd.get(), entries)) return false;
   std::vector<bool> present(static_cast<std::size_t>(ranks), false);
   for (const auto& e : entries) {
-    auto r = rank_of(e.name);
+    auto r = decimal_of(e.name);
     bool ours = e.dir && r && *r >= first_rank && *r - first_rank < ranks;
     if (ours) {
       if (!reset_rank_dir(fd.get(), e.name, junk)) return false;
@@ -142,7 +143,7 @@ bool reset_ranks(int run, int ranks, int first_rank, Junk& junk) {
 // file the old run wrote whole (its state, spec, summary) or a spare already,
 // small, and no other file's name too.
 bool may_be_spare(int dir, const std::string& name) {
-  if (name != "state.json" && name != "spec.json" && name != "summary.json" && !name.starts_with(kSparePrefix))
+  if (name != kRunStateFile && name != "spec.json" && name != "summary.json" && !name.starts_with(kSparePrefix))
     return false;
   struct stat st {};
   return ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
@@ -152,7 +153,7 @@ bool may_be_spare(int dir, const std::string& name) {
 // ".spare-2" -> 2, for the names a spare keeps; else nullopt.
 std::optional<int> spare_slot(std::string_view name) {
   if (!name.starts_with(kSparePrefix)) return std::nullopt;
-  auto k = rank_of(name.substr(std::string_view(kSparePrefix).size()));
+  auto k = decimal_of(name.substr(std::string_view(kSparePrefix).size()));
   return k && *k < kMaxSpares ? k : std::nullopt;
 }
 
@@ -181,12 +182,13 @@ bool reset_run(int run, int ranks, int first_rank, Junk& junk) {
   }
   for (const auto& name : spares) {
     auto free = std::find(slot_taken.begin(), slot_taken.end(), false);
-    auto to = kSparePrefix + std::to_string(free - slot_taken.begin());
-    if (free != slot_taken.end() && ::renameat2(run, name.c_str(), run, to.c_str(), RENAME_NOREPLACE) == 0) {
+    bool placed = free != slot_taken.end() &&
+                  ::renameat2(run, name.c_str(), run, spare_name(static_cast<int>(free - slot_taken.begin())).c_str(),
+                              RENAME_NOREPLACE) == 0;
+    if (placed)
       *free = true;
-    } else if (!junk.take(run, name)) {
+    else if (!junk.take(run, name))
       return false;
-    }
   }
   // The lock's mtime says when the run started (retire.cpp orders a second's
   // runs by it where the directory's birth time is an older run's).

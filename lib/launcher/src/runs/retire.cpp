@@ -168,10 +168,11 @@ std::vector<std::string> empty_trash(const std::string& root, int keep, bool spa
     // The newest retired run stays for the next launch to take (recycle.hpp):
     // deleted, that launch would make its directory afresh.
     std::string spared;
-    for (const auto& e : spare_newest ? entries : std::vector<fs::path>{}) {
-      auto name = e.filename().string();
-      if (looks_like_run(name) && name > spared && fs::is_directory(fs::symlink_status(e, ec))) spared = name;
-    }
+    if (spare_newest)
+      for (const auto& e : entries) {
+        auto name = e.filename().string();
+        if (looks_like_run(name) && name > spared && fs::is_directory(fs::symlink_status(e, ec))) spared = name;
+      }
     for (const auto& e : entries) {
       if (e.filename() == spared) continue;
       std::error_code removing;

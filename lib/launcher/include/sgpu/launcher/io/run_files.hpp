@@ -82,6 +82,8 @@ inline constexpr int kMaxSpares = 4;
 // Larger files are not kept: overwriting them would free their tail's blocks
 // on the launch's path.
 inline constexpr long kMaxSpareBytes = 64 << 10;
+// ".spare-2" for slot 2, 0 <= slot < kMaxSpares.
+std::string spare_name(int slot);
 
 // write_file_atomic() for a file of a run directory (state.json, spec.json,
 // summary.json): the temporary file is a spare of the directory where it has
