@@ -186,6 +186,7 @@ def test_a_launch_in_a_full_runs_directory_takes_a_retired_run_and_shows_none_of
     make_old_runs(root / first["run_id"], root, 3)  # of 2020: none shares the new runs' second
     oldest = sorted(run_names(root))[:2]
     inodes = {(root / name).stat().st_ino for name in oldest}
+    file_inodes = {p.stat().st_ino for name in oldest for p in (root / name).rglob("*") if p.is_file()}
     # Four runs, three kept: after its report, this launch retires the two oldest into the trash.
     res, second = launch_json(sgpu, "--nproc", 2, "--no-python", "true", env=env)
     assert res.returncode == 0, res.stderr
@@ -206,9 +207,13 @@ def test_a_launch_in_a_full_runs_directory_takes_a_retired_run_and_shows_none_of
     files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if not p.name.startswith(".spare-"))
     assert files == ["events.jsonl", "lock", "ranks", "ranks/0", "ranks/0/stderr", "ranks/0/stdout", "ranks/1",
                      "ranks/1/stderr", "ranks/1/stdout", "spec.json", "state.json", "summary.json"], files
-    # The old run's state, spec and summary were overwritten by this run's;
-    # what is left of them (hidden spares for the next run) is this run's.
-    for spare in run.glob(".spare-*"):
+    # The old run's state, spec and summary were overwritten by this run's
+    # (their inodes, no file made for them); what is left of them (hidden
+    # spares for the next run) is this run's.
+    assert {(run / f).stat().st_ino for f in ("state.json", "spec.json", "summary.json")} <= file_inodes
+    spares = list(run.glob(".spare-*"))
+    assert spares, files
+    for spare in spares:
         assert first["run_id"] not in spare.read_text() and third["run_id"] in spare.read_text(), spare
     logs = sgpu.run("logs", third["run_id"], env=env)
     assert logs.returncode == 0, logs.stderr
