@@ -81,3 +81,29 @@ TEST_CASE("env::build_rank_env") {
     CHECK(build_rank_env(with_cvd, cpu, place, files).at("CUDA_VISIBLE_DEVICES") == "3");
   }
 }
+
+TEST_CASE("env::RankEnvironment: copies share one map until one of them writes") {
+  RankEnvironment plan_copy = Environment{{"PATH", "/usr/bin"}, {"RANK", "3"}};
+  RankEnvironment launch_copy = plan_copy;
+  CHECK(&plan_copy.map() == &launch_copy.map());  // a copy made no map
+  CHECK(launch_copy.at("RANK") == "3");
+  CHECK(launch_copy.contains("PATH"));
+  CHECK(launch_copy.find("HOME") == launch_copy.end());
+
+  launch_copy["SGPU_DEADLINE"] = "1700000000";  // the writer gets its own
+  CHECK(&plan_copy.map() != &launch_copy.map());
+  CHECK(launch_copy.size() == 3);
+  CHECK(plan_copy.size() == 2);
+  CHECK_FALSE(plan_copy.contains("SGPU_DEADLINE"));
+
+  auto& own = launch_copy.edit();  // no one shares it now: written in place
+  own.erase("PATH");
+  CHECK(&own == &launch_copy.map());
+  CHECK(plan_copy.at("PATH") == "/usr/bin");
+
+  RankEnvironment none;
+  CHECK(none.empty());
+  CHECK(none.begin() == none.end());
+  none["A"] = "1";
+  CHECK(static_cast<const Environment&>(none) == Environment{{"A", "1"}});
+}

@@ -296,7 +296,7 @@ struct Agent::Impl : rdzv::ClientHandler, JobObserver {
       return;
     }
     for (auto& r : plan.ranks) {
-      if (options.rank_environment) options.rank_environment(r.place, r.env);
+      if (options.rank_environment) options.rank_environment(r.place, r.env.edit());
       if (plan.report_bindings) diagnostic("sgpu: {}: {}\n", options.node_name, report_line(plan, r));
       files[r.place.rank] = r.files;
     }

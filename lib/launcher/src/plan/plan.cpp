@@ -201,7 +201,7 @@ LaunchPlan make_plan(const JobSpec& spec, const PlanInputs& in) {
     node.metrics = spec.ray_metrics;
     const auto& wait = spec.rendezvous.join_timeout.limit();
     node.wait_s = wait ? wait->count() : 0;
-    add_ray_env(plan.ranks.front().env, node, plan.run_dir, in.ray_token);
+    add_ray_env(plan.ranks.front().env.edit(), node, plan.run_dir, in.ray_token);
     plan.argv = ray_node_argv(plan.argv.front(), node, plan.argv);
   }
   return plan;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -158,9 +159,8 @@ ChildProcess::ChildProcess(boost::asio::io_context& io, const ChildOptions& opti
     exe = options.environment ? find_on_path(options.argv[0], *options.environment) : find_on_path(options.argv[0]);
   if (exe.empty()) throw std::system_error(ENOENT, std::generic_category(), options.argv[0]);
   auto argv = c_strings(options.argv);
-  std::vector<std::string> env_strings;
-  if (options.environment) env_strings = environment_strings(*options.environment);
-  auto envp = c_strings(env_strings);
+  std::optional<ExecEnvironment> env;
+  if (options.environment) env.emplace(*options.environment);
 
   StdioFds fds;
   fds.open(0, options.in);
@@ -169,7 +169,7 @@ ChildProcess::ChildProcess(boost::asio::io_context& io, const ChildOptions& opti
   SpawnRequest req;
   req.path = exe.c_str();
   req.argv = argv.data();
-  req.envp = options.environment ? envp.data() : environ;
+  req.envp = env ? env->envp() : environ;
   req.cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
   for (int i = 0; i < 3; ++i) req.stdio[i] = fds.child[i];
   req.parent = options.dies_with_sgpu ? ::getpid() : 0;

@@ -58,7 +58,7 @@ std::vector<RankLaunch> rank_launches(const LaunchPlan& plan) {
   std::vector<RankLaunch> launches;
   launches.reserve(plan.ranks.size());
   for (const auto& r : plan.ranks) {
-    launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, plan.cwd, {}, -1});
+    launches.push_back({r.place.rank, plan.executable, plan.argv, r.env, {}, plan.cwd, {}, -1});
     if (const auto* b = applied_binding(plan, r)) {
       launches.back().cpus = b->cpus;
       launches.back().numa_node = b->numa_node;
@@ -79,18 +79,14 @@ std::size_t rank_pipe_size(std::size_t ranks) {
 
 // What a rank's child reads until it execs: its request and what that points to.
 struct RankProcess::Starting {
-  std::vector<std::string> env_strings;
-  std::vector<const char*> envp;
+  ExecEnvironment env;
   std::vector<const char*> argv;
   BindingMasks binding;
   SpawnRequest req;
   int error = 0;
 
   explicit Starting(const RankLaunch& launch)
-      : env_strings(environment_strings(launch.env)),
-        envp(c_strings(env_strings)),
-        argv(c_strings(launch.argv)),
-        binding(launch) {}
+      : env(launch.env, launch.env_overrides), argv(c_strings(launch.argv)), binding(launch) {}
   // Never freed under a child that still reads it, whatever path frees it.
   ~Starting() { settle_spawns(); }
   Starting(const Starting&) = delete;
@@ -127,7 +123,7 @@ void RankProcess::start(boost::asio::io_context& io, const RankLaunch& launch, c
   auto& req = starting->req;
   req.path = launch.executable.c_str();
   req.argv = starting->argv.data();
-  req.envp = starting->envp.data();
+  req.envp = starting->env.envp();
   req.cwd = launch.cwd.empty() ? nullptr : launch.cwd.c_str();
   req.stdio[0] = dev_null;
   req.stdio[1] = fds.fd[1];

@@ -395,7 +395,7 @@ struct Supervisor::State : JobControl::Actions {
     last_output = std::chrono::steady_clock::now();
     if (auto deadline = control.deadline()) {
       auto unix_time = std::chrono::duration_cast<std::chrono::seconds>(deadline->time_since_epoch()).count();
-      for (auto& launch : attempt) launch.env["SGPU_DEADLINE"] = std::to_string(unix_time);
+      for (auto& launch : attempt) launch.env_overrides["SGPU_DEADLINE"] = std::to_string(unix_time);
     }
     launches = std::move(attempt);
     spawning = true;

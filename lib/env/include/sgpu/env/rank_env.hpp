@@ -1,7 +1,10 @@
 #pragma once
 // The environment every rank starts with: what torchrun sets, so scripts
 // written for torchrun run unchanged, plus sgpu's own SGPU_* variables.
+#include <cstddef>
+#include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -9,6 +12,46 @@
 namespace sgpu::env {
 
 using Environment = std::map<std::string, std::string>;
+
+// A rank's environment, shared by the copies of its plan (the outputs', the
+// engine's, the rank's launch) until one of them changes it, which then
+// gets its own. Each rank's map holds every inherited variable: copied
+// whole, those copies were a fifth of the allocations of a launch of 8.
+// Reads as the map does; operator[] and edit() write.
+class RankEnvironment {
+ public:
+  RankEnvironment() = default;
+  RankEnvironment(Environment env)  // NOLINT(google-explicit-constructor): built from, and read as, a map
+      : env_(std::make_shared<Environment>(std::move(env))) {}
+  RankEnvironment(std::initializer_list<Environment::value_type> entries)
+      : env_(std::make_shared<Environment>(entries)) {}
+  operator const Environment&() const { return map(); }  // NOLINT(google-explicit-constructor)
+  const Environment& map() const { return env_ ? *env_ : none(); }
+  // This copy's own map, copied first while another copy shares it.
+  Environment& edit() {
+    if (!env_)
+      env_ = std::make_shared<Environment>();
+    else if (env_.use_count() > 1)
+      env_ = std::make_shared<Environment>(*env_);
+    return *env_;
+  }
+  std::string& operator[](const std::string& name) { return edit()[name]; }
+  Environment::const_iterator find(const std::string& name) const { return map().find(name); }
+  const std::string& at(const std::string& name) const { return map().at(name); }
+  bool contains(const std::string& name) const { return map().contains(name); }
+  std::size_t count(const std::string& name) const { return map().count(name); }
+  Environment::const_iterator begin() const { return map().begin(); }
+  Environment::const_iterator end() const { return map().end(); }
+  std::size_t size() const { return map().size(); }
+  bool empty() const { return map().empty(); }
+
+ private:
+  static const Environment& none() {
+    static const Environment kNone;
+    return kNone;
+  }
+  std::shared_ptr<Environment> env_;
+};
 
 // Where one rank sits in the job.
 struct RankPlacement {

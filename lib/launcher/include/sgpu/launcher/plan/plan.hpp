@@ -20,7 +20,7 @@ struct RankPlan {
   std::string host;       // the node it runs on, in a multi-node run; "" on one node
   std::vector<int> gpus;  // GPU indices this rank is meant to use
   env::RankFiles files;
-  env::Environment env;
+  env::RankEnvironment env;
   // Its CPUs and NUMA node (--cpu-bind); with none, the whole set, unbound
   // (for --report-bindings). nullopt: no topology was read for this node.
   std::optional<RankBinding> binding;

@@ -25,7 +25,9 @@ struct RankLaunch {
   int rank = 0;
   std::string executable;         // absolute path
   std::vector<std::string> argv;  // argv[0] included
-  env::Environment env;
+  env::RankEnvironment env;
+  // Set over `env` at exec (SGPU_DEADLINE, per attempt), which stays shared with the plan.
+  env::Environment env_overrides;
   std::string cwd;
   std::vector<int> cpus;  // bound to these CPUs before exec (--cpu-bind); empty: sgpu's own
   int numa_node = -1;     // its memory preferred on this NUMA node; -1: the kernel's default
