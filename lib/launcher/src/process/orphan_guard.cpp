@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstring>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,44 +31,56 @@ struct Record {
   pid_t group;
 };
 
-// Starts the guard's own program from memory with `pipe` as its standard
-// input; -1 when it cannot (no image for this machine, memfd or exec
-// refused, e.g. vm.memfd_noexec=2): the caller forks instead.
-pid_t spawn_program(int pipe) {
-  if (kOrphanGuardImage_size == 0) return -1;
+}  // namespace
+
+// The guardian's program starting from memory, with the pipe's read end as
+// its standard input: what start_spawn reads until the child has exec'd.
+struct OrphanGuard::Program {
+  const char* argv[2] = {"sgpu-guard", nullptr};
+  const char* envp[1] = {nullptr};
+  SpawnRequest request;
+  int exec_error = 0;
+  Spawned child;
+
+  // nullptr where it cannot start (no image for this machine, memfd refused,
+  // e.g. vm.memfd_noexec=2): the caller forks instead.
+  static std::unique_ptr<Program> start(int pipe) {
+    if (kOrphanGuardImage_size == 0) return nullptr;
 #ifdef MFD_EXEC
-  int image = ::memfd_create("sgpu-orphan-guard", MFD_CLOEXEC | MFD_EXEC);
-  if (image < 0 && errno == EINVAL) image = ::memfd_create("sgpu-orphan-guard", MFD_CLOEXEC);  // before Linux 6.3
+    int image = ::memfd_create("sgpu-orphan-guard", MFD_CLOEXEC | MFD_EXEC);
+    if (image < 0 && errno == EINVAL) image = ::memfd_create("sgpu-orphan-guard", MFD_CLOEXEC);  // before Linux 6.3
 #else
-  int image = ::memfd_create("sgpu-orphan-guard", MFD_CLOEXEC);
+    int image = ::memfd_create("sgpu-orphan-guard", MFD_CLOEXEC);
 #endif
-  if (image < 0) return -1;
-  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  pid_t pid = -1;
-  if (devnull >= 0 &&
-      ::write(image, kOrphanGuardImage, kOrphanGuardImage_size) == static_cast<ssize_t>(kOrphanGuardImage_size)) {
-    const char* argv[] = {"sgpu-guard", nullptr};
-    const char* envp[] = {nullptr};
-    SpawnRequest req;
-    req.path = "sgpu-guard";
-    req.exec_fd = image;
-    req.argv = argv;
-    req.envp = envp;
-    req.stdio[0] = pipe;
-    req.stdio[1] = devnull;
-    req.stdio[2] = devnull;
-    // No parent-death signal: the guard must outlive sgpu, to act when sgpu dies.
-    try {
-      auto child = spawn_process(req);
-      ::close(child.pidfd);
-      pid = child.pid;
-    } catch (const std::system_error&) {
+    if (image < 0) return nullptr;
+    int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    std::unique_ptr<Program> program;
+    if (devnull >= 0 &&
+        ::write(image, kOrphanGuardImage, kOrphanGuardImage_size) == static_cast<ssize_t>(kOrphanGuardImage_size)) {
+      program = std::make_unique<Program>();
+      auto& req = program->request;
+      req.path = "sgpu-guard";
+      req.exec_fd = image;
+      req.argv = program->argv;
+      req.envp = program->envp;
+      req.stdio[0] = pipe;
+      req.stdio[1] = devnull;
+      req.stdio[2] = devnull;
+      // No parent-death signal: the guard must outlive sgpu, to act when sgpu dies.
+      try {
+        program->child = start_spawn(req, &program->exec_error);
+      } catch (const std::system_error&) {
+        program.reset();
+      }
     }
+    // The child has its own copies of these (start_spawn): closed here at once.
+    if (devnull >= 0) ::close(devnull);
+    ::close(image);
+    return program;
   }
-  if (devnull >= 0) ::close(devnull);
-  ::close(image);
-  return pid;
-}
+};
+
+namespace {
 
 [[noreturn]] void guardian_main(int fd) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_IGN);
@@ -116,34 +129,67 @@ OrphanGuard::OrphanGuard() {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0)
     throw Error(fmt::format("cannot create the orphan guard's pipe: {}", std::strerror(errno)), 1);
-  guardian_ = spawn_program(p[0]);
-  if (guardian_ < 0) {
-    guardian_ = ::fork();  // a copy of sgpu, more memory: only where the program cannot start
-    if (guardian_ > 0) note_own_child(guardian_);
+  fd_ = p[1];
+  read_end_ = p[0];
+  program_ = Program::start(p[0]);
+  if (program_) {
+    guardian_ = program_->child.pid;
+    return;
   }
-  if (guardian_ < 0) {
-    int err = errno;
+  try {
+    fork_guardian();
+  } catch (...) {
     ::close(p[0]);
     ::close(p[1]);
-    throw Error(fmt::format("cannot fork the orphan guard: {}", std::strerror(err)), 1);
+    throw;
   }
+}
+
+// A copy of sgpu, more memory: only where the program cannot start.
+void OrphanGuard::fork_guardian() {
+  guardian_ = ::fork();
+  if (guardian_ < 0) throw Error(fmt::format("cannot fork the orphan guard: {}", std::strerror(errno)), 1);
   if (guardian_ == 0) {
-    ::close(p[1]);
-    guardian_main(p[0]);
+    ::close(fd_);
+    guardian_main(read_end_);
   }
-  ::close(p[0]);
-  fd_ = p[1];
+  note_own_child(guardian_);
+  ::close(std::exchange(read_end_, -1));
+}
+
+void OrphanGuard::confirm() {
+  if (!program_) return;
+  settle_spawns();  // at once when the ranks' start settled it already
+  ::close(program_->child.pidfd);
+  int error = program_->exec_error;
+  program_.reset();
+  if (error == 0) {
+    ::close(std::exchange(read_end_, -1));
+    return;
+  }
+  while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {  // it exited 127
+  }
+  forget_own_child(guardian_);
+  fork_guardian();  // reads what was sent so far from the pipe
 }
 
 OrphanGuard::~OrphanGuard() {
+  if (program_) {  // never confirmed: no rank was watched
+    settle_spawns();
+    ::close(program_->child.pidfd);
+    if (program_->exec_error != 0) {
+      while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      forget_own_child(guardian_);
+      guardian_ = -1;
+    }
+    program_.reset();
+  }
+  if (read_end_ >= 0) ::close(read_end_);
   // sgpu ends in order: its own sweep (kill_adopted_orphans) takes what escaped.
   if (fd_ >= 0) send(3, 0);
   if (fd_ >= 0) ::close(fd_);
-  if (guardian_ > 0) {
-    while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    forget_own_child(guardian_);
-  }
+  if (guardian_ > 0) reap_before_exit(guardian_);
 }
 
 void OrphanGuard::send(int op, pid_t process_group) {
@@ -153,7 +199,10 @@ void OrphanGuard::send(int op, pid_t process_group) {
   }
 }
 
-void OrphanGuard::watch(pid_t process_group) { send(+1, process_group); }
+void OrphanGuard::watch(pid_t process_group) {
+  confirm();
+  send(+1, process_group);
+}
 
 void OrphanGuard::mark(std::string_view entry) {
   if (entry.empty() || entry.size() >= 256) return;

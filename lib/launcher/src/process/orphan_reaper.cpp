@@ -58,7 +58,28 @@ bool reap(pid_t pid) {
   return got == pid;
 }
 
+std::vector<pid_t>& ending_children() {
+  static std::vector<pid_t> pids;
+  return pids;
+}
+
+void wait_for(pid_t pid) {
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
 }  // namespace
+
+void reap_before_exit(pid_t pid) {
+  std::lock_guard lock(own_children_mutex);
+  auto& ending = ending_children();
+  std::erase_if(ending, [](pid_t earlier) {
+    if (!reap(earlier)) return false;
+    own_children().erase(earlier);
+    return true;
+  });
+  ending.push_back(pid);
+}
 
 void note_own_child(pid_t pid) {
   std::lock_guard lock(own_children_mutex);
@@ -96,6 +117,14 @@ bool is_ssh_control_master(std::string_view cmdline) {
 }
 
 std::vector<KilledOrphan> kill_adopted_orphans() {
+  {
+    std::lock_guard lock(own_children_mutex);
+    for (pid_t pid : ending_children()) {
+      wait_for(pid);
+      own_children().erase(pid);
+    }
+    ending_children().clear();
+  }
   std::vector<KilledOrphan> killed;
   std::set<pid_t> spared;
   const pid_t own_session = ::getsid(0);
@@ -122,9 +151,7 @@ std::vector<KilledOrphan> kill_adopted_orphans() {
       targets.push_back(pid);
     }
     if (targets.empty()) break;
-    for (pid_t pid : targets)
-      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
+    for (pid_t pid : targets) wait_for(pid);
   }
   return killed;
 }

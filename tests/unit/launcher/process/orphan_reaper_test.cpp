@@ -72,3 +72,26 @@ TEST_CASE("launcher::reap_exited_orphans") {
     CHECK(WEXITSTATUS(status) == 3);
   }
 }
+
+TEST_CASE("launcher::reap_before_exit: the sweep waits for the child, and never kills or reports it") {
+  // A guardian told to end: in a session of its own, it takes a while to exit after end of file.
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  pid_t guardian = ::fork();
+  if (guardian == 0) {
+    ::setsid();
+    ::close(go[1]);
+    char byte = 0;
+    (void)::read(go[0], &byte, 1);
+    ::usleep(200 * 1000);
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  note_own_child(guardian);
+  reap_before_exit(guardian);
+  ::close(go[1]);                     // told to end: still running for 200 ms
+  CHECK(reap_exited_orphans() == 0);  // an own child until the sweep
+  auto killed = kill_adopted_orphans();
+  CHECK(killed.empty());                               // waited for, not killed as an orphan
+  CHECK(::waitpid(guardian, nullptr, WNOHANG) == -1);  // reaped: ECHILD
+}

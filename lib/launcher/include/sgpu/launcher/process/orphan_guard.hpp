@@ -20,14 +20,22 @@
 // start (another architecture, memfd exec forbidden), sgpu forks as before.
 #include <sys/types.h>
 
+#include <memory>
 #include <string_view>
 
 namespace sgpu::launcher {
 
 class OrphanGuard {
  public:
-  OrphanGuard();   // starts the guardian; throws sgpu::Error if it cannot
-  ~OrphanGuard();  // closes the pipe and reaps the guardian
+  // Starts the guardian; throws sgpu::Error if it cannot. The guardian's
+  // program execs beside sgpu (start_spawn): sgpu goes on at once, and the
+  // first watch() (after the ranks' start settled it) falls back to a fork
+  // where the exec failed. What was sent before that waits in the pipe.
+  OrphanGuard();
+  // Ends the guardian in order (it reads end of file and exits) and leaves
+  // its exit to kill_adopted_orphans(), sgpu's last step, to wait for
+  // (reap_before_exit): it exits while sgpu writes the run's end.
+  ~OrphanGuard();
   OrphanGuard(const OrphanGuard&) = delete;
   OrphanGuard& operator=(const OrphanGuard&) = delete;
 
@@ -41,8 +49,13 @@ class OrphanGuard {
 
  private:
   void send(int op, pid_t process_group);
+  // Once: waits for the program's start, and forks the guardian where it failed.
+  void confirm();
+  void fork_guardian();
+  struct Program;  // the program's start in flight: its request, kept until settled
+  std::unique_ptr<Program> program_;
   int fd_ = -1;
+  int read_end_ = -1;  // kept until the guardian runs: a fallback fork reads it
   pid_t guardian_ = -1;
 };
-
 }  // namespace sgpu::launcher

@@ -40,15 +40,20 @@ struct KilledOrphan {
   std::string command;  // its /proc comm, e.g. "sleep"
 };
 
-// Kills (SIGKILL) and reaps every child of this process outside its session,
-// repeatedly, as long as new ones appear (bounded). Call it when the job is
-// over.
+// Waits for the children given to reap_before_exit(), then kills (SIGKILL)
+// and reaps every child of this process outside its session, repeatedly, as
+// long as new ones appear (bounded). Call it when the job is over.
 std::vector<KilledOrphan> kill_adopted_orphans();
 
 // Children this process waits for itself (the SIGCHLD reaper leaves them
 // alone). Thread-safe.
 void note_own_child(pid_t pid);
 void forget_own_child(pid_t pid);
+
+// An own child that was told to end and need not be waited for now (the
+// orphan guard): kill_adopted_orphans() waits for it first, and it stays an
+// own child until then. Those that ended by the next call are reaped then.
+void reap_before_exit(pid_t pid);
 
 // Reaps every child that has exited, is not an own child and is outside
 // this process's session (an adopted orphan); returns how many. Never blocks.
