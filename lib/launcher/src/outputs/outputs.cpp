@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <boost/asio/post.hpp>
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/error.hpp"
@@ -83,6 +84,27 @@ void check_output_options(const JobSpec& spec, int world_size) {
 }
 
 struct JobOutputs::Impl {
+  // Retention runs once this run's ranks have started, on the event loop
+  // while they run, rather than between their end and sgpu's: a short job's
+  // launch no longer waits for it. This run is the newest and counts among
+  // the kept either way, so the runs left are the same.
+  struct RetireOnceStarted : JobObserver {
+    Impl& s;
+    bool posted = false;
+    explicit RetireOnceStarted(Impl& impl) : s(impl) {}
+    void on_rank_started(int /*rank*/, int /*pid*/) override {
+      if (posted || s.job_spec.keep_runs <= 0) return;
+      posted = true;
+      boost::asio::post(s.io, [&impl = s, alive = std::weak_ptr<bool>(s.alive)] {
+        if (!alive.expired()) impl.retire_older_runs(true);
+      });
+    }
+  };
+
+  boost::asio::io_context& io;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);  // a posted retirement runs only while this lives
+  bool retention_done = false;
+  RetireOnceStarted retire_once_started{*this};
   JobSpec job_spec;  // spec.json's source, for set_tracking's variables
   LaunchPlan plan;
   env::Environment sgpu_env;
@@ -132,8 +154,9 @@ struct JobOutputs::Impl {
     return o;
   }
 
-  Impl(boost::asio::io_context& io, const JobSpec& job, const LaunchPlan& p, const env::Environment& e)
-      : job_spec(job),
+  Impl(boost::asio::io_context& io_, const JobSpec& job, const LaunchPlan& p, const env::Environment& e)
+      : io(io_),
+        job_spec(job),
         plan(p),
         sgpu_env(e),
         spec(spec_json(job, p)),
@@ -175,6 +198,7 @@ struct JobOutputs::Impl {
       run_log.append_event(event);
     }
     fanout.add(run_log);
+    fanout.add(retire_once_started);
     fanout.add(console);
     fanout.add(signal_before);
     if (job.sample_every.limit() || job.metrics_port) {
@@ -237,16 +261,32 @@ struct JobOutputs::Impl {
     }
   }
 
-  // Retention (output.keep_runs, SGPU_KEEP_RUNS): once the run reported,
-  // the finished runs beyond the newest N (this one counts, running ones
-  // stay) are renamed into the trash, a few per launch; a detached process
-  // deletes the trash in batches, and retires the rest when there were more
-  // (thousands of old runs cost no launch more than a few renames).
-  void retire_older_runs(int keep) const {
-    auto root = fs::path(plan.run_dir).parent_path().string();
-    auto retired = retire_runs(root, keep, kRetiredPerLaunch);
-    for (const auto& e : retired.errors) diagnostic("sgpu: warning: cannot retire an old run: {}\n", e);
-    if (retired.more || (retired.retired > 0 && trash_size(root) >= kTrashBatch)) empty_trash_detached(root, keep);
+  // Retention (output.keep_runs, SGPU_KEEP_RUNS), once a run: once its
+  // ranks started (RetireOnceStarted), else once it reported. The finished
+  // runs beyond the newest N (this one counts, running ones stay) are
+  // renamed into the trash, a few per launch; a detached process deletes the
+  // trash in batches, and retires the rest when there were more (thousands
+  // of old runs cost no launch more than a few renames).
+  // `mid_run`: its warnings go through the console, between the job's lines.
+  void retire_older_runs(bool mid_run) {
+    int keep = job_spec.keep_runs;
+    if (retention_done || keep <= 0) return;
+    retention_done = true;
+    auto warn = [&](const std::string& what) {
+      auto line = fmt::format("sgpu: warning: cannot retire an old run: {}\n", what);
+      if (mid_run)
+        sink.write(Stream::Err, line);
+      else
+        diagnostic("{}", line);
+    };
+    try {
+      auto root = fs::path(plan.run_dir).parent_path().string();
+      auto retired = retire_runs(root, keep, kRetiredPerLaunch);
+      for (const auto& e : retired.errors) warn(e);
+      if (retired.more || (retired.retired > 0 && trash_size(root) >= kTrashBatch)) empty_trash_detached(root, keep);
+    } catch (const std::exception& e) {  // on the event loop: the job goes on
+      warn(e.what());
+    }
   }
 
   RunReport gather(const JobOutcome& outcome) {
@@ -508,7 +548,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   diagnostic(text);
   s.write_parent_error_file(report);
   if (s.json_output) output(summary);
-  if (s.job_spec.keep_runs > 0) s.retire_older_runs(s.job_spec.keep_runs);
+  s.retire_older_runs(false);
   return report.exit_code;
 }
 
