@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <iterator>
 #include <utility>
 
 #include <fmt/format.h>
@@ -18,12 +19,19 @@
 namespace sgpu::launcher {
 namespace fs = std::filesystem;
 
+// Joined as fs::path's / joins them, without its parse of every component:
+// a launch makes these paths a few times a rank.
 std::string rank_dir(const std::string& run_dir, int rank) {
-  return (fs::path(run_dir) / "ranks" / std::to_string(rank)).string();
+  std::string dir;
+  dir.reserve(run_dir.size() + 20);
+  dir += run_dir;
+  if (!dir.empty() && dir.back() != '/') dir += '/';
+  fmt::format_to(std::back_inserter(dir), "ranks/{}", rank);
+  return dir;
 }
 
 std::string rank_log_path(const std::string& run_dir, int rank, Stream stream) {
-  return (fs::path(rank_dir(run_dir, rank)) / (stream == Stream::Out ? "stdout" : "stderr")).string();
+  return rank_dir(run_dir, rank) + (stream == Stream::Out ? "/stdout" : "/stderr");
 }
 
 std::string iso_time(Clock::time_point t) {

@@ -526,7 +526,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
         "{} bytes of the job's output were not shown: the reader of sgpu's output was not reading; the logs in "
         "{}/ranks have every line",
         unshown, s.plan.run_dir));
-  auto summary = summary_text(summary_json(report, s.spec), report.results);
+  auto summary = summary_text(summary_json(report, std::move(s.spec)), report.results);  // its last use
   report.results = {};
   try {
     write_run_file((fs::path(s.plan.run_dir) / "summary.json").string(), summary);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string_view>
+#include <utility>
 
 #include "sgpu/env/command.hpp"
 #include "sgpu/env/exit_code.hpp"
@@ -213,7 +214,7 @@ json excluded_json(const std::vector<Exclusion>& excluded) {
   return out;
 }
 
-json summary_json(const RunReport& report, const json& spec) {
+json summary_json(const RunReport& report, json spec) {
   json ranks = json::array();
   for (const auto& r : report.ranks) {
     json row = {{"rank", r.rank},
@@ -241,11 +242,17 @@ json summary_json(const RunReport& report, const json& spec) {
   if (attempts.empty())
     attempts.push_back(attempt_json(0, report.end, report.exit_code, report.started, report.ended, root_cause,
                                     attempt_nodes(report.ranks)));
+  // Read before the spec moves into the document; the parts move in, not copied.
+  const auto& read = spec;
+  json name = read.is_object() && read.contains("name") ? read["name"] : json(nullptr);
+  json ray_metrics = read.is_object() && read.contains("ray") && read["ray"].is_object()
+                         ? read["ray"].value("metrics", json(nullptr))
+                         : json(nullptr);
   return {
       {"version", kSummaryVersion},
       {"run_id", report.run_id},
       {"run_dir", report.run_dir},
-      {"name", spec.is_object() && spec.contains("name") ? spec["name"] : json(nullptr)},
+      {"name", std::move(name)},
       {"status", env::job_end_name(report.end.kind)},
       {"exit_code", report.exit_code},
       {"timed_out", report.end.kind == env::JobEnd::Kind::TimedOut},
@@ -253,16 +260,16 @@ json summary_json(const RunReport& report, const json& spec) {
       {"ended_at", iso_time(report.ended)},
       {"duration_s", duration_seconds(report.started, report.ended)},
       {"world_size", report.ranks.size()},
-      {"spec", spec},
-      {"ranks", ranks},
+      {"spec", std::move(spec)},
+      {"ranks", std::move(ranks)},
       {"results", nullptr},  // summary_text() puts them in
-      {"root_cause", root_cause},
-      {"attempts", attempts},
+      {"root_cause", std::move(root_cause)},
+      {"attempts", std::move(attempts)},
       {"warnings", report.warnings},
       {"excluded", excluded_json(report.excluded)},
       {"signal_before", report.signal_before ? json(signal_before_json(*report.signal_before)) : json(nullptr)},
       // --ray-metrics: where the Ray nodes' resources are, once a second.
-      {"ray_metrics", spec.contains("ray") && spec["ray"].is_object() ? spec["ray"]["metrics"] : json(nullptr)},
+      {"ray_metrics", std::move(ray_metrics)},
       {"mlflow", mlflow_json(report.mlflow)},
   };
 }

@@ -6,13 +6,38 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "sgpu/env/error.hpp"
 #include "sgpu/launcher/io/run_files.hpp"
 
 namespace fs = std::filesystem;
 using sgpu::launcher::AppendFile;
+using sgpu::launcher::rank_dir;
+using sgpu::launcher::rank_log_path;
 using sgpu::launcher::read_file;
+using sgpu::launcher::Stream;
+
+TEST_CASE("launcher::rank_dir and rank_log_path join as a path's / would") {
+  struct Row {
+    std::string run_dir;
+    int rank;
+    std::string dir, out, err;
+  };
+  for (const auto& row : std::vector<Row>{
+           {"/h/runs/20261207-1", 0, "/h/runs/20261207-1/ranks/0", "/h/runs/20261207-1/ranks/0/stdout",
+            "/h/runs/20261207-1/ranks/0/stderr"},
+           {"/h/runs/x/", 12, "/h/runs/x/ranks/12", "/h/runs/x/ranks/12/stdout", "/h/runs/x/ranks/12/stderr"},
+           {"rel", 3, "rel/ranks/3", "rel/ranks/3/stdout", "rel/ranks/3/stderr"},
+           {"", 1, "ranks/1", "ranks/1/stdout", "ranks/1/stderr"},
+       }) {
+    CAPTURE(row.run_dir);
+    CHECK(rank_dir(row.run_dir, row.rank) == row.dir);
+    CHECK(rank_dir(row.run_dir, row.rank) == (fs::path(row.run_dir) / "ranks" / std::to_string(row.rank)).string());
+    CHECK(rank_log_path(row.run_dir, row.rank, Stream::Out) == row.out);
+    CHECK(rank_log_path(row.run_dir, row.rank, Stream::Err) == row.err);
+  }
+}
 
 TEST_CASE("launcher::AppendFile::deferred creates nothing until it is used") {
   auto dir = fs::temp_directory_path() / ("sgpu-run-files-" + std::to_string(::getpid()));

@@ -30,7 +30,7 @@ nlohmann::ordered_json spec_json(const JobSpec& spec, const LaunchPlan& plan);
 
 // The summary document but for its `results` (null in it): summary_text()
 // puts them in.
-nlohmann::ordered_json summary_json(const RunReport& report, const nlohmann::ordered_json& spec);
+nlohmann::ordered_json summary_json(const RunReport& report, nlohmann::ordered_json spec);
 
 // The summary as written (summary.json, -o json): `summary` (summary_json())
 // indented, with `results` (report.results) spliced in, one rank's per line.
