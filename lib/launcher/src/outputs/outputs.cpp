@@ -104,6 +104,9 @@ struct JobOutputs::Impl {
   boost::asio::io_context& io;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);  // a posted retirement runs only while this lives
   bool retention_done = false;
+  // The deleter is due (retire_older_runs): forked at the run's very end,
+  // where few pages are left to copy on write, not under the running job.
+  bool trash_due = false;
   RetireOnceStarted retire_once_started{*this};
   JobSpec job_spec;  // spec.json's source, for set_tracking's variables
   LaunchPlan plan;
@@ -283,7 +286,7 @@ struct JobOutputs::Impl {
       auto root = fs::path(plan.run_dir).parent_path().string();
       auto retired = retire_runs(root, keep, kRetiredPerLaunch);
       for (const auto& e : retired.errors) warn(e);
-      if (retired.more || (retired.retired > 0 && trash_size(root) >= kTrashBatch)) empty_trash_detached(root, keep);
+      trash_due = retired.more || (retired.retired > 0 && trash_size(root) >= kTrashBatch);
     } catch (const std::exception& e) {  // on the event loop: the job goes on
       warn(e.what());
     }
@@ -549,6 +552,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   s.write_parent_error_file(report);
   if (s.json_output) output(summary);
   s.retire_older_runs(false);
+  if (s.trash_due) empty_trash_detached(fs::path(s.plan.run_dir).parent_path().string(), s.job_spec.keep_runs);
   return report.exit_code;
 }
 
