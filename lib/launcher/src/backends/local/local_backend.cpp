@@ -194,14 +194,18 @@ class LocalBackend : public Backend {
     control.cancel_marker = (std::filesystem::path(plan.run_dir) / kRunCancelFile).string();
     control.max_restarts = plan.max_restarts;
     control.restart_backoff = plan.restart_backoff;
-    options.inspect =
-        [&io = *ctx.io, run_dir = plan.run_dir, stacks = stack_options_for(plan.executable, ctx.inherited)](
-            const env::JobEnd& why, std::vector<RunningRank> running, std::function<void(std::string)> done) {
-          std::vector<StackTarget> targets;
-          for (const auto& r : running) targets.push_back({r.rank, r.pid, ""});
-          inspect_ranks(io, run_dir, why.reason.empty() ? env::describe_end(why) : why.reason, targets, stacks,
-                        [done = std::move(done)](const Inspection& seen) { done(seen.report.verdict); });
-        };
+    // Where py-spy is looked for is worked out when stacks are wanted (a hang,
+    // the timeout, `sgpu stacks`), not at every launch: the lookup copies
+    // sgpu's whole environment. `ctx` outlives the run.
+    options.inspect = [&io = *ctx.io, run_dir = plan.run_dir, program = plan.executable, &inherited = ctx.inherited](
+                          const env::JobEnd& why, std::vector<RunningRank> running,
+                          std::function<void(std::string)> done) {
+      std::vector<StackTarget> targets;
+      for (const auto& r : running) targets.push_back({r.rank, r.pid, ""});
+      inspect_ranks(io, run_dir, why.reason.empty() ? env::describe_end(why) : why.reason, targets,
+                    stack_options_for(program, inherited),
+                    [done = std::move(done)](const Inspection& seen) { done(seen.report.verdict); });
+    };
     if (plan.max_restarts > 0) {
       // Each attempt gets its own MASTER_PORT (the new one is reserved
       // before the old is let go, so they differ) unless --master-port fixed it.
@@ -248,11 +252,11 @@ class LocalBackend : public Backend {
 
   // `sgpu stacks` on the running job: the supervisor's live ranks.
   void offer_stacks(const LaunchContext& ctx, JobHost& host, Supervisor& supervisor) {
-    host.offer_stacks([&io = *ctx.io, &supervisor, run_dir = plan_.run_dir,
-                       stacks = stack_options_for(plan_.executable, ctx.inherited)](
-                          bool native, std::function<void(const Inspection&)> done) mutable {
+    host.offer_stacks([&io = *ctx.io, &supervisor, run_dir = plan_.run_dir, program = plan_.executable,
+                       &inherited = ctx.inherited](bool native, std::function<void(const Inspection&)> done) {
       std::vector<StackTarget> targets;
       for (const auto& r : supervisor.running_ranks()) targets.push_back({r.rank, r.pid, ""});
+      auto stacks = stack_options_for(program, inherited);
       stacks.native = native;
       inspect_ranks(io, run_dir, "", targets, stacks, std::move(done));
     });
