@@ -79,10 +79,21 @@ RunLog::RunLog(boost::asio::io_context& io, const std::string& run_dir, int worl
 }
 
 void RunLog::append_event(const nlohmann::ordered_json& event) {
-  nlohmann::ordered_json line = {{"ts", iso_time(Clock::now())}};
-  line.update(event);
+  constexpr auto kReplace = nlohmann::ordered_json::error_handler_t::replace;
+  std::string line;
+  if (event.is_object() && !event.empty() && !event.contains("ts")) {
+    // {"ts":"...", then the event's own keys: the event dumped as it is, not
+    // copied into a new document first (a launch writes two events a rank).
+    auto body = event.dump(-1, ' ', false, kReplace);
+    line.reserve(body.size() + 40);
+    line.append("{\"ts\":\"").append(iso_time(Clock::now())).append("\",").append(body, 1).append("\n");
+  } else {
+    nlohmann::ordered_json doc = {{"ts", iso_time(Clock::now())}};
+    doc.update(event);
+    line = doc.dump(-1, ' ', false, kReplace) + "\n";
+  }
   // One write per line on an O_APPEND file: lines from several writers never interleave.
-  events_.append(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+  events_.append(line);
 }
 
 const std::string& RunLog::host_of(int rank) const {
