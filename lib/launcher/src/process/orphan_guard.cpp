@@ -125,7 +125,10 @@ namespace {
 
 }  // namespace
 
-OrphanGuard::OrphanGuard() {
+OrphanGuard::OrphanGuard() = default;
+
+void OrphanGuard::start() {
+  if (fd_ >= 0) return;
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0)
     throw Error(fmt::format("cannot create the orphan guard's pipe: {}", std::strerror(errno)), 1);
@@ -139,8 +142,8 @@ OrphanGuard::OrphanGuard() {
   try {
     fork_guardian();
   } catch (...) {
-    ::close(p[0]);
-    ::close(p[1]);
+    ::close(std::exchange(read_end_, -1));
+    ::close(std::exchange(fd_, -1));
     throw;
   }
 }
@@ -200,6 +203,7 @@ void OrphanGuard::send(int op, pid_t process_group) {
 }
 
 void OrphanGuard::watch(pid_t process_group) {
+  start();
   confirm();
   send(+1, process_group);
 }

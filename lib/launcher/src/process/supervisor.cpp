@@ -51,7 +51,7 @@ struct Supervisor::State : JobControl::Actions {
     std::string heartbeat;     // $SGPU_HEARTBEAT_FILE
   };
 
-  OrphanGuard guard;  // first: forked before any pipe or handler exists
+  OrphanGuard guard;  // started first in start(): forked (its fallback) before any pipe or handler exists
   asio::io_context& io;
   std::optional<AdoptedReaper> reaper;  // from start() to the end of the run
   JobObserver& observer;
@@ -435,6 +435,7 @@ void Supervisor::start(const std::vector<RankLaunch>& launches, std::function<vo
   s.open_files = raise_open_files_limit(static_cast<int>(launches.size()));
   // Ranks share sgpu's descriptor table until their first call: grown now, not under them.
   reserve_descriptor_table(open_files_needed(static_cast<int>(launches.size())) + 64);
+  s.guard.start();  // after the table grew: its child shares the table until its first call
   // Every process of the run inherits these: after a kill -9 of sgpu, the
   // guard finds what escaped the ranks' groups by them. Never GROUP_RANK
   // alone, which other jobs' processes have too.

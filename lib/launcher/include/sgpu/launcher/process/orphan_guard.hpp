@@ -27,11 +27,15 @@ namespace sgpu::launcher {
 
 class OrphanGuard {
  public:
-  // Starts the guardian; throws sgpu::Error if it cannot. The guardian's
-  // program execs beside sgpu (start_spawn): sgpu goes on at once, and the
-  // first watch() (after the ranks' start settled it) falls back to a fork
-  // where the exec failed. What was sent before that waits in the pipe.
   OrphanGuard();
+  // Starts the guardian; throws sgpu::Error if it cannot. Its program execs
+  // beside sgpu (start_spawn): sgpu goes on at once, and the first watch()
+  // (after the ranks' start settled it) falls back to a fork where the exec
+  // failed; what was sent before that waits in the pipe. Until its first
+  // call the child shares sgpu's descriptor table, so the table must not
+  // grow meanwhile: a shared table grows only after an RCU grace period
+  // (milliseconds on a busy host). Start it after reserve_descriptor_table().
+  void start();
   // Ends the guardian in order (it reads end of file and exits) and leaves
   // its exit to kill_adopted_orphans(), sgpu's last step, to wait for
   // (reap_before_exit): it exits while sgpu writes the run's end.
