@@ -365,6 +365,30 @@ def test_sgpu_grows_its_descriptor_table_for_every_rank_before_they_start(sgpu, 
         shell.wait()
 
 
+def test_no_child_shares_the_descriptor_table_while_sgpu_grows_it(sgpu, tmp_path):
+    # The orphan guard and the ranks start with clone(CLONE_VM | CLONE_FILES)
+    # and share sgpu's descriptor table until their first call; a shared table
+    # grows only after an RCU grace period, which on a busy host cost launches
+    # 6-15 ms each when the guard started before the growth. So the growth
+    # (fcntl(0, F_DUPFD_CLOEXEC, N) at the top of the table) comes before sgpu's
+    # first clone that shares its table.
+    log = tmp_path / "strace.log"
+    env = dict(sgpu.env)  # LeakSanitizer cannot run under ptrace
+    env["ASAN_OPTIONS"] = ":".join(x for x in (env.get("ASAN_OPTIONS", ""), "detect_leaks=0") if x)
+    res = subprocess.run(["strace", "-f", "-qq", "-e", "trace=clone,clone3,fcntl", "-o", str(log), sgpu.bin, "launch",
+                          "--nproc", "8", "--no-python", "true"], env=env, cwd=sgpu.cwd, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    lines = log.read_text().splitlines()
+    main = lines[0].split()[0]
+    calls = [line.split(None, 1)[1] for line in lines if line.split()[0] == main]
+    growth = [i for i, c in enumerate(calls) if re.match(r"fcntl\(0, F_DUPFD_CLOEXEC, (\d+)\)", c)
+              and int(re.match(r"fcntl\(0, F_DUPFD_CLOEXEC, (\d+)\)", c).group(1)) >= 64 + 5 * 8 + 64 - 1]
+    sharing = [i for i, c in enumerate(calls) if c.startswith("clone(") and "CLONE_FILES" in c]
+    assert growth and len(sharing) >= 9, calls  # the guard and 8 ranks
+    assert growth[0] < sharing[0], [calls[i] for i in (growth[0], sharing[0])]
+
+
 def test_twenty_concurrent_jobs_get_distinct_working_master_ports(sgpu, tmp_path):
     jobs = []
     for j in range(20):
