@@ -84,10 +84,10 @@ void check_output_options(const JobSpec& spec, int world_size) {
 }
 
 struct JobOutputs::Impl {
-  // Retention runs once this run's ranks have started, on the event loop
-  // while they run, rather than between their end and sgpu's: a short job's
-  // launch no longer waits for it. This run is the newest and counts among
-  // the kept either way, so the runs left are the same.
+  // Posts retire_older_runs() once the first rank has started: retention
+  // then runs on the event loop while the ranks run, not between their end
+  // and sgpu's. This run is the newest and counts among the kept either
+  // way, so the runs left are the same.
   struct RetireOnceStarted : JobObserver {
     Impl& s;
     bool posted = false;
@@ -270,6 +270,8 @@ struct JobOutputs::Impl {
   // renamed into the trash, a few per launch; a detached process deletes the
   // trash in batches, and retires the rest when there were more (thousands
   // of old runs cost no launch more than a few renames).
+  std::string runs_root() const { return fs::path(plan.run_dir).parent_path().string(); }
+
   // `mid_run`: its warnings go through the console, between the job's lines.
   void retire_older_runs(bool mid_run) {
     int keep = job_spec.keep_runs;
@@ -283,7 +285,7 @@ struct JobOutputs::Impl {
         diagnostic("{}", line);
     };
     try {
-      auto root = fs::path(plan.run_dir).parent_path().string();
+      auto root = runs_root();
       auto retired = retire_runs(root, keep, kRetiredPerLaunch);
       for (const auto& e : retired.errors) warn(e);
       trash_due = retired.more || (retired.retired > 0 && trash_size(root) >= kTrashBatch);
@@ -552,7 +554,7 @@ int JobOutputs::finish(const JobOutcome& outcome) {
   s.write_parent_error_file(report);
   if (s.json_output) output(summary);
   s.retire_older_runs(false);
-  if (s.trash_due) empty_trash_detached(fs::path(s.plan.run_dir).parent_path().string(), s.job_spec.keep_runs);
+  if (s.trash_due) empty_trash_detached(s.runs_root(), s.job_spec.keep_runs);
   return report.exit_code;
 }
 

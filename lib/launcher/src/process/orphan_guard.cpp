@@ -160,34 +160,31 @@ void OrphanGuard::fork_guardian() {
   ::close(std::exchange(read_end_, -1));
 }
 
-void OrphanGuard::confirm() {
-  if (!program_) return;
+// Waits for the program's start; false when its exec failed (the child,
+// which exited 127, reaped). Either way the program's request may go.
+bool OrphanGuard::settle_program() {
   settle_spawns();  // at once when the ranks' start settled it already
   ::close(program_->child.pidfd);
   int error = program_->exec_error;
   program_.reset();
-  if (error == 0) {
-    ::close(std::exchange(read_end_, -1));
-    return;
-  }
-  while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {  // it exited 127
+  if (error == 0) return true;
+  while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {
   }
   forget_own_child(guardian_);
-  fork_guardian();  // reads what was sent so far from the pipe
+  guardian_ = -1;
+  return false;
+}
+
+void OrphanGuard::confirm() {
+  if (!program_) return;
+  if (settle_program())
+    ::close(std::exchange(read_end_, -1));
+  else
+    fork_guardian();  // reads what was sent so far from the pipe
 }
 
 OrphanGuard::~OrphanGuard() {
-  if (program_) {  // never confirmed: no rank was watched
-    settle_spawns();
-    ::close(program_->child.pidfd);
-    if (program_->exec_error != 0) {
-      while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {
-      }
-      forget_own_child(guardian_);
-      guardian_ = -1;
-    }
-    program_.reset();
-  }
+  if (program_) settle_program();  // never confirmed: no rank was watched
   if (read_end_ >= 0) ::close(read_end_);
   // sgpu ends in order: its own sweep (kill_adopted_orphans) takes what escaped.
   if (fd_ >= 0) send(3, 0);

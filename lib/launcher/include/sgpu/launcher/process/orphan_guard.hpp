@@ -55,6 +55,7 @@ class OrphanGuard {
   void send(int op, pid_t process_group);
   // Once: waits for the program's start, and forks the guardian where it failed.
   void confirm();
+  bool settle_program();
   void fork_guardian();
   struct Program;  // the program's start in flight: its request, kept until settled
   std::unique_ptr<Program> program_;
