@@ -176,6 +176,26 @@ def test_retention_retires_old_runs_into_the_trash_for_a_batch(sgpu):
     assert (root / ".trash").stat().st_mode & 0o777 == 0o700
 
 
+def test_retention_retires_old_runs_while_the_new_run_s_ranks_run(sgpu, tmp_path):
+    """README: once the run's first rank has started, the runs beyond --keep-runs go into the trash, while it runs."""
+    env = dict(sgpu.env, SGPU_HOME=str(tmp_path / "home"), SGPU_KEEP_RUNS="1")
+    res, first = launch_json(sgpu, "--no-python", "true", env=env)
+    assert res.returncode == 0, res.stderr
+    root = tmp_path / "home" / "runs"
+    started = tmp_path / "started"
+    res = sgpu.run("launch", "--detach", "--no-python", "sh", "-c", f"touch {started}; exec sleep 60", env=env)
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip()
+    try:
+        wait_for(started.exists, 20, "the rank to start")
+        # The running run is the one kept; the finished one is in the trash already.
+        wait_for(lambda: run_names(root) == [run_id], 20, "the older run to be retired")
+        assert first["run_id"] in os.listdir(root / ".trash")
+        assert json.loads(sgpu.run("status", run_id, "-o", "json", env=env).stdout)["state"] == "running"
+    finally:
+        sgpu.run("cancel", run_id, env=env)
+
+
 def test_a_launch_in_a_full_runs_directory_takes_a_retired_run_and_shows_none_of_it(sgpu, tmp_path):
     """Steady state: each launch retires one run and a later one takes its directory (its inodes) for its own."""
     env = dict(sgpu.env, SGPU_HOME=str(tmp_path / "home"), SGPU_KEEP_RUNS="3")
